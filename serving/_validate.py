@@ -1,0 +1,35 @@
+"""Field checks shared by every config object: errors name the field, the value and what is allowed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+
+def check_range(
+    owner: str,
+    field: str,
+    value: Any,
+    lo: float | None = None,
+    hi: float | None = None,
+    *,
+    lo_open: bool = False,
+    integer: bool = False,
+) -> None:
+    """Raise ValueError unless lo <= value <= hi (lo < value when lo_open)."""
+    kind = "an integer" if integer else "a number"
+    ok_type = isinstance(value, int) if integer else isinstance(value, int | float)
+    if isinstance(value, bool) or not ok_type:
+        raise ValueError(f"{owner}.{field}={value!r} must be {kind}")
+    low_ok = lo is None or (value > lo if lo_open else value >= lo)
+    high_ok = hi is None or value <= hi
+    if not (low_ok and high_ok):
+        left = "-inf" if lo is None else f"{lo}"
+        bound = f"{left} {'<' if lo_open else '<='} {field} <= {'inf' if hi is None else hi}"
+        raise ValueError(f"{owner}.{field}={value!r} is out of range; allowed: {bound}")
+
+
+def check_choice(owner: str, field: str, value: Any, allowed: Iterable[Any]) -> None:
+    allowed = tuple(allowed)
+    if value not in allowed:
+        raise ValueError(f"{owner}.{field}={value!r} is not allowed; choose one of {list(allowed)}")

@@ -1,0 +1,89 @@
+"""EngineConfig: the one validated, frozen object that sizes and steers an engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from serving._validate import check_choice, check_range
+
+KVMode = Literal["reserve", "on_demand"]
+KV_MODES = ("reserve", "on_demand")
+RUNNERS = ("auto", "paged", "hf")
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+_OWNER = "EngineConfig"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """How one engine admits, schedules and stores KV.
+
+    KV budget: `num_kv_blocks` if given, else `kv_cache_bytes`, else (CUDA) `kv_cache_memory_fraction`
+    of the memory free after loading weights, else (CPU) room for `max_num_seqs` full-length sequences
+    capped at `cpu_kv_cache_max_bytes`. Every byte count goes through `capacity.memory`.
+    """
+
+    # R8: "reserve" admits a request only if prompt + max_tokens fits the unreserved budget (never
+    # preempts); "on_demand" allocates blocks as tokens arrive and preempts by recompute.
+    kv_mode: KVMode = "reserve"
+    block_size_tokens: int = 16
+    num_kv_blocks: int | None = None
+    kv_cache_bytes: int | None = None
+    kv_cache_memory_fraction: float = 0.85
+    cpu_kv_cache_max_bytes: int = 2 * 2**30
+    # The concurrency window slides from max_num_seqs (KV use <= kv_low_watermark) down to
+    # min_num_seqs (KV use >= kv_high_watermark), R8's "16 to 48 with the watermark".
+    max_num_seqs: int = 64
+    min_num_seqs: int = 16
+    kv_low_watermark: float = 0.6
+    kv_high_watermark: float = 0.9
+    # Per-step token budget: long prompts are prefilled in chunks so running decodes never stall.
+    max_num_batched_tokens: int = 512
+    max_model_len: int | None = None
+    # Offline work only runs on idle capacity: admitted while KV use is below this fraction.
+    offline_idle_fraction: float = 0.5
+    # on_demand keeps this share of blocks free at admission so running decodes can grow.
+    on_demand_free_fraction: float = 0.02
+    # Default queue deadline for requests that name none (None: wait as long as it takes).
+    max_queue_wait_s: float | None = None
+    dtype: str = "auto"
+    device: str = "auto"
+    runner: str = "auto"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_choice(_OWNER, "kv_mode", self.kv_mode, KV_MODES)
+        check_choice(_OWNER, "runner", self.runner, RUNNERS)
+        check_choice(_OWNER, "dtype", self.dtype, DTYPES)
+        check_range(_OWNER, "block_size_tokens", self.block_size_tokens, 1, 1024, integer=True)
+        if self.num_kv_blocks is not None:
+            check_range(_OWNER, "num_kv_blocks", self.num_kv_blocks, 1, None, integer=True)
+        if self.kv_cache_bytes is not None:
+            check_range(_OWNER, "kv_cache_bytes", self.kv_cache_bytes, 1, None, integer=True)
+        check_range(
+            _OWNER,
+            "kv_cache_memory_fraction",
+            self.kv_cache_memory_fraction,
+            0.0,
+            1.0,
+            lo_open=True,
+        )
+        check_range(
+            _OWNER, "cpu_kv_cache_max_bytes", self.cpu_kv_cache_max_bytes, 1, None, integer=True
+        )
+        check_range(_OWNER, "max_num_seqs", self.max_num_seqs, 1, 65536, integer=True)
+        check_range(_OWNER, "min_num_seqs", self.min_num_seqs, 1, self.max_num_seqs, integer=True)
+        check_range(_OWNER, "kv_low_watermark", self.kv_low_watermark, 0.0, 1.0)
+        check_range(_OWNER, "kv_high_watermark", self.kv_high_watermark, self.kv_low_watermark, 1.0)
+        check_range(
+            _OWNER, "max_num_batched_tokens", self.max_num_batched_tokens, 1, None, integer=True
+        )
+        if self.max_model_len is not None:
+            check_range(_OWNER, "max_model_len", self.max_model_len, 1, None, integer=True)
+        check_range(_OWNER, "offline_idle_fraction", self.offline_idle_fraction, 0.0, 1.0)
+        check_range(_OWNER, "on_demand_free_fraction", self.on_demand_free_fraction, 0.0, 0.5)
+        if self.max_queue_wait_s is not None:
+            check_range(_OWNER, "max_queue_wait_s", self.max_queue_wait_s, 0.0, None, lo_open=True)
+        if not isinstance(self.device, str) or not self.device:
+            raise ValueError(f"{_OWNER}.device={self.device!r} must be 'auto', 'cpu' or 'cuda[:N]'")

@@ -1,0 +1,134 @@
+"""The async loop around an engine: steps run in one worker thread, deltas go to per-request queues.
+
+The event loop never blocks on a forward: it awaits `engine.step` in a single-thread executor, then
+dispatches that step's tokens. Reading sequences after the await is safe because the next step
+starts only when dispatch is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from serving.engine.outputs import EngineDeadError, RequestTimeoutError, StreamDelta
+from serving.engine.sequence import SeqStatus, Sequence
+
+if TYPE_CHECKING:
+    from serving.engine.engine import LLMEngine
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Stream:
+    seq: Sequence
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    num_emitted: int = 0
+    text: str = ""
+
+
+class AsyncDriver:
+    def __init__(self, engine: LLMEngine) -> None:
+        self.engine = engine
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task | None = None
+        self._wake: asyncio.Event | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tideserve-engine")
+        self._streams: dict[str, _Stream] = {}
+        self.error: BaseException | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    @property
+    def alive(self) -> bool:
+        return self.error is None
+
+    def wake(self) -> None:
+        loop, event = self._loop, self._wake
+        if loop is not None and event is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(event.set)
+
+    def _ensure_started(self) -> None:
+        if self.error is not None:
+            raise EngineDeadError(f"engine loop died: {self.error!r}")
+        if self.running:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._task = self._loop.create_task(self._run(), name="tideserve-engine-loop")
+
+    async def _run(self) -> None:
+        engine, loop = self.engine, asyncio.get_running_loop()
+        try:
+            while True:
+                if not engine.has_unfinished():
+                    self._wake.clear()
+                    if not engine.has_unfinished():  # re-check: a request may have just arrived
+                        await self._wake.wait()
+                    continue
+                touched = await loop.run_in_executor(self._executor, engine.step)
+                self._dispatch(touched)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as err:  # a dead loop must fail every waiter, never hang them
+            log.exception("engine loop died")
+            self.error = err
+            for st in self._streams.values():
+                st.queue.put_nowait(EngineDeadError(f"engine loop died: {err!r}"))
+
+    def _delta(self, st: _Stream) -> StreamDelta:
+        seq = st.seq
+        new_ids = seq.token_ids[seq.num_prompt_tokens + st.num_emitted :]
+        st.num_emitted += len(new_ids)
+        text = self.engine.decode(seq.output_token_ids)
+        # Hold back a trailing partial UTF-8 character until its other bytes arrive.
+        if text.endswith("\ufffd") and not seq.finished:
+            text = text.rstrip("\ufffd")
+        piece = text[len(st.text) :] if text.startswith(st.text) else ""
+        if piece:
+            st.text = text
+        return StreamDelta(
+            request_id=seq.request_id,
+            token_ids=new_ids,
+            text=piece,
+            finished=seq.finished,
+            finish_reason=seq.finish_reason,
+            num_prompt_tokens=seq.num_prompt_tokens,
+            num_output_tokens=seq.num_output_tokens,
+        )
+
+    def _dispatch(self, touched: list[Sequence]) -> None:
+        for seq in touched:
+            st = self._streams.get(seq.request_id)
+            if st is None:
+                continue
+            if seq.status is SeqStatus.FINISHED_TIMEOUT:
+                st.queue.put_nowait(RequestTimeoutError(seq.error))
+            else:
+                st.queue.put_nowait(self._delta(st))
+
+    async def stream(self, prompt, params, tier, request_id, timeout_s):
+        self._ensure_started()
+        seq = self.engine._new_sequence(prompt, params, tier, request_id, timeout_s)
+        if seq.request_id in self._streams:
+            raise ValueError(f"request_id={seq.request_id!r} is already in flight")
+        st = _Stream(seq)
+        self._streams[seq.request_id] = st
+        self.engine.submit(seq)
+        try:
+            while True:
+                item = await st.queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if item.finished:
+                    return
+        finally:
+            self._streams.pop(seq.request_id, None)
+            if not seq.finished:  # the caller went away: free its KV at the next step
+                self.engine.abort(seq.request_id)

@@ -1,0 +1,312 @@
+"""LLMEngine: requests in, tokens out. `step()` is schedule -> run -> postprocess.
+
+Threading: `add_request` and `abort` only validate and append to an inbox (a deque, whose append
+and popleft are atomic), which `step()` drains first. So the async driver can run steps in a worker
+thread while the event loop keeps accepting requests, and the scheduler is touched by one thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass
+
+import torch
+
+from capacity.memory import blocks_for_tokens
+from serving.engine import loader
+from serving.engine.config import EngineConfig
+from serving.engine.driver import AsyncDriver
+from serving.engine.kv_blocks import BlockPool
+from serving.engine.ledger import KVLedger, concurrency_limit
+from serving.engine.outputs import RequestOutput, StreamDelta
+from serving.engine.runner import HFRunner, PagedRunner, Runner
+from serving.engine.sampling import SamplingParams, make_generator
+from serving.engine.scheduler import Scheduler
+from serving.engine.sequence import RequestId, Sequence, Tier
+from serving.engine.stats import EngineStats, StatsTracker
+
+Prompt = str | Seq[int]
+
+
+@dataclass(frozen=True, slots=True)
+class StepTiming:
+    num_seqs: int
+    num_tokens: int
+    step_s: float
+    forward_s: float
+
+
+class LLMEngine:
+    def __init__(
+        self,
+        model,
+        tokenizer=None,
+        config: EngineConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        cfg = config or EngineConfig()
+        self.config = cfg
+        self.model = model
+        self.tokenizer = tokenizer
+        self.clock = clock
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        mc = model.config
+        self.max_model_len = loader.resolve_max_model_len(cfg, mc)
+        num_blocks = loader.num_kv_blocks(cfg, mc, self.dtype, self.device, self.max_model_len)
+        self.pool = BlockPool(num_blocks, cfg.block_size_tokens)
+        self.ledger = KVLedger(self.pool, cfg.kv_mode, cfg.on_demand_free_fraction)
+        self.scheduler = Scheduler(cfg, self.ledger)
+        self.eos_token_ids = _eos_ids(model, tokenizer)
+        self.vocab_size = mc.get_text_config().vocab_size
+        use_paged = cfg.runner == "paged" or (
+            cfg.runner == "auto" and type(model)._supports_attention_backend
+        )
+        self.kv_cache: torch.Tensor | None = None
+        self.runner: Runner
+        if use_paged:
+            self.kv_cache = loader.allocate_kv_cache(
+                mc, self.dtype, self.device, num_blocks, cfg.block_size_tokens
+            )
+            self.runner = PagedRunner(model, self.kv_cache, self.pool)
+        else:
+            self.runner = HFRunner(model, self.device)
+        self._inbox: deque[tuple[str, object]] = deque()
+        self._ids = itertools.count()
+        self.tracker = StatsTracker()
+        self.step_log: deque[StepTiming] = deque(maxlen=8192)
+        self._driver = AsyncDriver(self)
+
+    @classmethod
+    def from_pretrained(
+        cls, path_or_model, config: EngineConfig | None = None, tokenizer=None, **kw
+    ) -> LLMEngine:
+        """Load a model directory / hub id (already on disk), or wrap a loaded model."""
+        cfg = config or EngineConfig()
+        device = loader.resolve_device(cfg.device)
+        dtype = loader.resolve_dtype(cfg.dtype, device)
+        model = loader.load_model(path_or_model, dtype, device)
+        return cls(model, loader.load_tokenizer(path_or_model, tokenizer), cfg, **kw)
+
+    # ----- requests ------------------------------------------------------------------------
+    def encode(self, prompt: Prompt) -> list[int]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("prompt is text but the engine has no tokenizer; pass token ids")
+            return list(self.tokenizer(prompt).input_ids)
+        ids = [int(t) for t in prompt]
+        bad = [t for t in ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(
+                f"prompt token id {bad[0]} is out of range; allowed: 0 <= id < {self.vocab_size}"
+            )
+        return ids
+
+    def _new_sequence(
+        self, prompt: Prompt, params: SamplingParams | None, tier, request_id, timeout_s
+    ) -> Sequence:
+        params = params or SamplingParams()
+        ids = self.encode(prompt)
+        if not ids:
+            raise ValueError("prompt is empty; it must hold at least one token")
+        want = len(ids) + (params.max_tokens or 0)
+        if want > self.max_model_len or len(ids) >= self.max_model_len:
+            raise ValueError(
+                f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) = {want} tokens "
+                f"exceeds max_model_len={self.max_model_len}; shorten the prompt or lower max_tokens"
+            )
+        now = self.clock()
+        timeout_s = self.config.max_queue_wait_s if timeout_s is None else timeout_s
+        seq = Sequence(
+            request_id=RequestId(request_id or f"req-{next(self._ids)}"),
+            token_ids=ids,
+            params=params,
+            tier=Tier.parse(tier),
+            arrival_s=now,
+            deadline_s=None if timeout_s is None else now + timeout_s,
+            eos_token_ids=self.eos_token_ids,
+            max_total_tokens=self.max_model_len,
+            generator=make_generator(params, self.device),
+        )
+        need = blocks_for_tokens(seq.max_len_tokens, self.pool.block_size_tokens)
+        if need > self.pool.num_blocks:
+            raise ValueError(
+                f"request needs {need} KV blocks ({seq.max_len_tokens} tokens) but the whole KV "
+                f"budget is {self.pool.num_blocks} blocks "
+                f"({self.pool.num_blocks * self.pool.block_size_tokens} tokens); lower max_tokens "
+                "or raise EngineConfig.kv_cache_bytes"
+            )
+        return seq
+
+    def add_request(
+        self,
+        prompt: Prompt,
+        params: SamplingParams | None = None,
+        tier: str | Tier = "interactive",
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> str:
+        """Queue a request; raises ValueError at once if it can never run. Returns its id."""
+        seq = self._new_sequence(prompt, params, tier, request_id, timeout_s)
+        self.submit(seq)
+        return seq.request_id
+
+    def submit(self, seq: Sequence) -> None:
+        """Hand a validated sequence to the next step."""
+        self._inbox.append(("add", seq))
+        self._driver.wake()
+
+    def abort(self, request_id: str) -> None:
+        """Cancel a request and free everything it holds; takes effect at the next step."""
+        self._inbox.append(("abort", request_id))
+        self._driver.wake()
+
+    def _drain_inbox(self) -> list[Sequence]:
+        aborted: list[Sequence] = []
+        while self._inbox:
+            op, item = self._inbox.popleft()
+            if op == "add":
+                self.scheduler.add(item)  # type: ignore[arg-type]
+                continue
+            seq = self.scheduler.abort(item)  # type: ignore[arg-type]
+            if seq is not None:
+                seq.finished_s = self.clock()
+                aborted.append(seq)
+        return aborted
+
+    # ----- the step --------------------------------------------------------------------------
+    def step(self) -> list[Sequence]:
+        """One engine iteration; returns every sequence that got a token, finished or failed."""
+        t0 = time.perf_counter()
+        aborted = self._drain_inbox()
+        batch = self.scheduler.schedule(self.clock())
+        sampled = self.runner.run(batch) if batch.seqs else []
+        advanced = self.scheduler.postprocess(batch, sampled, self.clock())
+        touched = aborted + batch.timed_out + advanced
+        self._account(batch, touched, len(sampled), time.perf_counter() - t0)
+        return touched
+
+    def _account(self, batch, touched: list[Sequence], num_sampled: int, step_s: float) -> None:
+        now = self.clock()
+        for seq in batch.admitted:
+            self.tracker.record_queue_wait(seq.admitted_s - seq.arrival_s)
+        self.tracker.num_preemptions += len(batch.preempted)
+        self.tracker.num_timeouts += len(batch.timed_out)
+        for seq in touched:
+            if seq.finished:
+                self.tracker.num_finished += 1
+                self.runner.release(seq.request_id)
+        if batch.seqs:
+            self.tracker.record_step(now, num_sampled)
+            self.step_log.append(
+                StepTiming(len(batch.seqs), batch.num_tokens, step_s, self.runner.last_forward_s)
+            )
+
+    def has_unfinished(self) -> bool:
+        return bool(self._inbox) or self.scheduler.has_unfinished()
+
+    # ----- convenience front ends ----------------------------------------------------------------
+    def generate(
+        self,
+        prompts: Prompt | Seq[Prompt],
+        params: SamplingParams | Seq[SamplingParams] | None = None,
+        tier: str | Tier = "interactive",
+    ) -> list[RequestOutput]:
+        """Run prompts to completion (blocking). `params` is one object or one per prompt."""
+        if self._driver.running:
+            raise RuntimeError("generate() drives the engine itself; use stream() while serving")
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]  # type: ignore[list-item]
+        plist = list(params) if isinstance(params, list | tuple) else [params] * len(prompts)
+        if len(plist) != len(prompts):
+            raise ValueError(f"params has {len(plist)} entries for {len(prompts)} prompts")
+        seqs = [self._new_sequence(p, sp, tier, None, None) for p, sp in zip(prompts, plist)]
+        for seq in seqs:
+            self.submit(seq)
+        while any(not s.finished for s in seqs):
+            self.step()
+        return [self.output_of(s) for s in seqs]
+
+    def stream(
+        self,
+        prompt: Prompt,
+        params: SamplingParams | None = None,
+        tier: str | Tier = "interactive",
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> AsyncIterator[StreamDelta]:
+        """Async iterator of deltas; runs the engine loop on the caller's event loop."""
+        return self._driver.stream(prompt, params, tier, request_id, timeout_s)
+
+    @property
+    def loop_alive(self) -> bool:
+        """False once the async loop died of an error (the replica's health check)."""
+        return self._driver.alive
+
+    def decode(self, token_ids: list[int]) -> str:
+        if self.tokenizer is None:
+            return ""
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    def output_of(self, seq: Sequence) -> RequestOutput:
+        return RequestOutput(
+            request_id=seq.request_id,
+            prompt_token_ids=seq.token_ids[: seq.num_prompt_tokens],
+            token_ids=seq.output_token_ids,
+            text=self.decode(seq.output_token_ids),
+            finish_reason=seq.finish_reason or "",
+            num_preemptions=seq.num_preemptions,
+            queue_wait_s=None if seq.admitted_s is None else seq.admitted_s - seq.arrival_s,
+            ttft_s=None if seq.first_token_s is None else seq.first_token_s - seq.arrival_s,
+            latency_s=None if seq.finished_s is None else seq.finished_s - seq.arrival_s,
+            error=seq.error,
+        )
+
+    # ----- introspection -------------------------------------------------------------------------
+    def stats(self) -> EngineStats:
+        cfg, now = self.config, self.clock()
+        running = {t.name.lower(): 0 for t in Tier}
+        for seq in self.scheduler.running:
+            running[seq.tier.name.lower()] += 1
+        p50, p99 = self.tracker.queue_wait_percentiles()
+        return EngineStats(
+            running_by_tier=running,
+            waiting_by_tier={t.name.lower(): self.scheduler.num_waiting(t) for t in Tier},
+            num_kv_blocks_total=self.pool.num_blocks,
+            num_kv_blocks_used=self.pool.num_used_blocks,
+            num_kv_blocks_reserved=self.ledger.num_reserved_blocks,
+            block_size_tokens=self.pool.block_size_tokens,
+            concurrency_limit=concurrency_limit(
+                self.ledger.use_fraction,
+                cfg.min_num_seqs,
+                cfg.max_num_seqs,
+                cfg.kv_low_watermark,
+                cfg.kv_high_watermark,
+            ),
+            tokens_per_s=self.tracker.tokens_per_s(now),
+            queue_wait_p50_s=p50,
+            queue_wait_p99_s=p99,
+            num_preemptions=self.tracker.num_preemptions,
+            num_finished=self.tracker.num_finished,
+            num_timeouts=self.tracker.num_timeouts,
+        )
+
+    def check_integrity(self) -> None:
+        self.ledger.check_integrity()
+
+
+def _eos_ids(model, tokenizer) -> frozenset[int]:
+    """EOS ids as `generate()` sees them: generation config, then model config, then tokenizer."""
+    gen = getattr(model, "generation_config", None)
+    eos = getattr(gen, "eos_token_id", None)
+    if eos is None:
+        eos = getattr(model.config, "eos_token_id", None)
+    if eos is None and tokenizer is not None:
+        eos = tokenizer.eos_token_id
+    if eos is None:
+        return frozenset()
+    return frozenset(eos if isinstance(eos, list | tuple) else [eos])

@@ -1,0 +1,105 @@
+"""Device, dtype, model loading and KV sizing: the engine's start-up decisions, in one place."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+
+from capacity import memory
+from serving.engine.config import EngineConfig
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_MODEL_LEN = 4096
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"EngineConfig.device={name!r} but no CUDA device is visible")
+    return dev
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        # bf16 halves weights and KV on GPUs; CPU kernels are fastest and exact in float32.
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, name)
+
+
+def load_model(path_or_model, dtype: torch.dtype, device: torch.device):
+    """A loaded `PreTrainedModel` passes through (moved/cast); a path or hub id is loaded locally."""
+    from transformers import AutoModelForCausalLM
+
+    if isinstance(path_or_model, str | os.PathLike):
+        model = AutoModelForCausalLM.from_pretrained(str(path_or_model), dtype=dtype)
+    else:
+        model = path_or_model
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def load_tokenizer(path_or_model, tokenizer):
+    if tokenizer is not None or not isinstance(path_or_model, str | os.PathLike):
+        return tokenizer
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path_or_model))
+    except (OSError, ValueError) as err:  # weights without a tokenizer still serve token ids
+        log.warning("no tokenizer at %s (%s); only token-id prompts will work", path_or_model, err)
+        return None
+
+
+def resolve_max_model_len(cfg: EngineConfig, model_config) -> int:
+    limit = getattr(model_config, "max_position_embeddings", None) or DEFAULT_MAX_MODEL_LEN
+    if cfg.max_model_len is None:
+        return min(limit, DEFAULT_MAX_MODEL_LEN)
+    if cfg.max_model_len > limit:
+        raise ValueError(
+            f"EngineConfig.max_model_len={cfg.max_model_len} is out of range; allowed: "
+            f"1 <= max_model_len <= {limit} (the model's max_position_embeddings)"
+        )
+    return cfg.max_model_len
+
+
+def num_kv_blocks(
+    cfg: EngineConfig, model_config, dtype: torch.dtype, device: torch.device, max_model_len: int
+) -> int:
+    """Blocks in the KV region, each sized by capacity.memory (the one formula)."""
+    bs = cfg.block_size_tokens
+    per_block = memory.block_bytes(model_config, dtype, bs)
+    if cfg.num_kv_blocks is not None:
+        return cfg.num_kv_blocks
+    if cfg.kv_cache_bytes is not None:
+        budget = cfg.kv_cache_bytes
+    elif device.type == "cuda":
+        free_bytes, _ = torch.cuda.mem_get_info(device)
+        budget = int(free_bytes * cfg.kv_cache_memory_fraction)
+    else:
+        wanted = cfg.max_num_seqs * memory.blocks_for_tokens(max_model_len, bs) * per_block
+        budget = min(wanted, cfg.cpu_kv_cache_max_bytes)
+    blocks = memory.num_blocks_in_budget(budget, model_config, dtype, bs)
+    if blocks < 1:
+        raise ValueError(
+            f"KV budget of {budget} bytes holds no block of {per_block} bytes "
+            f"({bs} tokens); raise EngineConfig.kv_cache_bytes or lower block_size_tokens"
+        )
+    return blocks
+
+
+def allocate_kv_cache(model_config, dtype, device, num_blocks: int, block_size: int):
+    """[layers, 2 (K, V), slots, kv_heads, head_dim]: exactly num_blocks x block_bytes bytes."""
+    shape = memory.KVShape.from_config(model_config)
+    return torch.zeros(
+        shape.num_layers,
+        2,
+        num_blocks * block_size,
+        shape.num_kv_heads,
+        shape.head_dim,
+        dtype=dtype,
+        device=device,
+    )

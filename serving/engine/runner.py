@@ -1,0 +1,167 @@
+"""Runners: turn a ScheduledBatch into one next token per sampling sequence.
+
+PagedRunner  one packed forward per step over the paged cache (any model on the attention interface)
+HFRunner     the plain fallback: one HF forward per sequence with its own DynamicCache
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from typing import Protocol
+
+import torch
+
+from serving.engine import attention
+from serving.engine.attention import PagedMetadata, PrefillSegment
+from serving.engine.kv_blocks import BlockPool
+from serving.engine.sampling import sample
+from serving.engine.scheduler import ScheduledBatch
+
+
+class Runner(Protocol):
+    """Runs a batch; returns the sampled token of every row where `batch.samples(i)`, in order."""
+
+    last_forward_s: float
+
+    def run(self, batch: ScheduledBatch) -> list[int]: ...
+
+    def release(self, request_id: str) -> None:
+        """Forget per-sequence state of a finished or aborted request."""
+        ...
+
+
+def _sampling_args(batch: ScheduledBatch, rows: list[int]):
+    seqs = [batch.seqs[i] for i in rows]
+    return [s.params for s in seqs], [s.generator for s in seqs]
+
+
+class PagedRunner:
+    def __init__(self, model, kv_cache: torch.Tensor, pool: BlockPool) -> None:
+        self.model = model
+        self.kv_cache = kv_cache
+        self.pool = pool
+        self.block_size = pool.block_size_tokens
+        self.device = kv_cache.device
+        self.last_forward_s = 0.0
+        model.set_attn_implementation(attention.register())
+        self._block_offsets = torch.arange(self.block_size, device=self.device)
+
+    def release(self, request_id: str) -> None:
+        pass  # all state is in the block pool, which the scheduler frees
+
+    def _slots(self, table: list[int], start: int, end: int) -> list[int]:
+        bs = self.block_size
+        return [table[p // bs] * bs + p % bs for p in range(start, end)]
+
+    def _decode_metadata(self, batch: ScheduledBatch, meta: PagedMetadata) -> None:
+        bs, dev, tables = self.block_size, self.device, self.pool.tables()
+        seqs = batch.seqs[: batch.num_decodes]
+        ctx = [s.num_computed_tokens + 1 for s in seqs]
+        max_ctx = max(ctx)
+        num_blocks = -(-max_ctx // bs)
+        padded = []
+        for s in seqs:
+            t = tables[s.request_id][:num_blocks]
+            padded.append(t + [0] * (num_blocks - len(t)))
+        bt = torch.tensor(padded, dtype=torch.long, device=dev)
+        slots = (bt.unsqueeze(-1) * bs + self._block_offsets).view(len(seqs), -1)[:, :max_ctx]
+        lens = torch.tensor(ctx, device=dev)
+        mask = torch.arange(max_ctx, device=dev).unsqueeze(0) < lens.unsqueeze(1)
+        meta.num_decodes = len(seqs)
+        meta.decode_slots = slots
+        meta.decode_mask = mask.view(len(seqs), 1, 1, max_ctx)
+
+    def _prepare(self, batch: ScheduledBatch):
+        tables = self.pool.tables()
+        ids: list[int] = []
+        pos: list[int] = []
+        slots: list[int] = []
+        segments: list[PrefillSegment] = []
+        sample_rows: list[int] = []
+        dev = self.device
+        for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)):
+            c = seq.num_computed_tokens
+            row = len(ids)
+            table = tables[seq.request_id]
+            ids.extend(seq.token_ids[c : c + n])
+            pos.extend(range(c, c + n))
+            slots.extend(self._slots(table, c, c + n))
+            if i >= batch.num_decodes:
+                seg = PrefillSegment(row, row + n)
+                if c > 0:  # chunked prefill or recompute: attend to cached context as well
+                    seg.context_slots = torch.tensor(self._slots(table, 0, c + n), device=dev)
+                    q_pos = torch.arange(c, c + n, device=dev).unsqueeze(1)
+                    seg.mask = torch.arange(c + n, device=dev).unsqueeze(0) <= q_pos
+                segments.append(seg)
+            if c + n == seq.num_tokens:
+                sample_rows.append(row + n - 1)
+        meta = PagedMetadata(
+            kv_cache=self.kv_cache,
+            slot_mapping=torch.tensor(slots, dtype=torch.long, device=dev),
+            prefills=segments,
+        )
+        if batch.num_decodes:
+            self._decode_metadata(batch, meta)
+        return ids, pos, meta, sample_rows
+
+    @torch.inference_mode()
+    def run(self, batch: ScheduledBatch) -> list[int]:
+        ids, pos, meta, sample_rows = self._prepare(batch)
+        dev = self.device
+        t0 = time.perf_counter()
+        out = self.model(
+            input_ids=torch.tensor([ids], device=dev),
+            position_ids=torch.tensor([pos], device=dev),
+            use_cache=False,
+            paged=meta,
+            logits_to_keep=torch.tensor(sample_rows, dtype=torch.long, device=dev),
+        )
+        logits = out.logits[0]
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        self.last_forward_s = time.perf_counter() - t0
+        rows = [i for i in range(len(batch.seqs)) if batch.samples(i)]
+        return sample(logits, *_sampling_args(batch, rows))
+
+
+class HFRunner:
+    """Fallback for models without attention-interface support: per-sequence HF forward."""
+
+    def __init__(self, model, device: torch.device) -> None:
+        from transformers import DynamicCache
+
+        self.model = model
+        self.device = device
+        self.last_forward_s = 0.0
+        self._new_cache = lambda: DynamicCache(config=model.config)
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._caches: dict[str, object] = {}
+
+    def release(self, request_id: str) -> None:
+        self._caches.pop(request_id, None)
+
+    @torch.inference_mode()
+    def run(self, batch: ScheduledBatch) -> list[int]:
+        rows: list[int] = []
+        logits: list[torch.Tensor] = []
+        t0 = time.perf_counter()
+        for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)):
+            c = seq.num_computed_tokens
+            if c == 0:  # new, or preempted and recomputing: start from an empty cache
+                self._caches[seq.request_id] = self._new_cache()
+            out = self.model(
+                input_ids=torch.tensor([seq.token_ids[c : c + n]], device=self.device),
+                position_ids=torch.arange(c, c + n, device=self.device).unsqueeze(0),
+                use_cache=True,
+                logits_to_keep=1,
+                **{self._cache_kw: self._caches[seq.request_id]},
+            )
+            if batch.samples(i):
+                rows.append(i)
+                logits.append(out.logits[0, -1])
+        self.last_forward_s = time.perf_counter() - t0
+        if not rows:
+            return []
+        return sample(torch.stack(logits), *_sampling_args(batch, rows))

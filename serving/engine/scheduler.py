@@ -1,0 +1,212 @@
+"""The scheduler: per-tier waiting queues, KV admission, chunked prefill, preemption by recompute.
+
+One step's order (each stage only uses the token budget the earlier ones left):
+  1. queued requests past their deadline fail (they never touched the KV cache);
+  2. running decodes, one token each, so they never stall behind a long prompt;
+  3. running sequences still prefilling, in admission order, one chunk each;
+  4. admission: interactive, then analytical, then offline (only while KV use is below
+     offline_idle_fraction), FIFO within a tier, while the concurrency window and the ledger allow.
+A tier's head that does not fit stops admission for every lower tier too: no overtaking.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from serving.engine.config import EngineConfig
+from serving.engine.kv_blocks import Refused
+from serving.engine.ledger import KVLedger, concurrency_limit
+from serving.engine.sequence import SeqStatus, Sequence, Tier
+
+
+@dataclass(slots=True)
+class ScheduledBatch:
+    """What one forward runs: decodes first (one token each), then prefill chunks."""
+
+    seqs: list[Sequence] = field(default_factory=list)
+    num_new_tokens: list[int] = field(default_factory=list)
+    num_decodes: int = 0
+    admitted: list[Sequence] = field(default_factory=list)
+    timed_out: list[Sequence] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.num_new_tokens)
+
+    def samples(self, i: int) -> bool:
+        """Whether row i reaches its last token this step and so samples the next one."""
+        seq = self.seqs[i]
+        return seq.num_computed_tokens + self.num_new_tokens[i] == seq.num_tokens
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, ledger: KVLedger) -> None:
+        self.config = config
+        self.ledger = ledger
+        self.waiting: dict[Tier, deque[Sequence]] = {t: deque() for t in Tier}
+        self.running: list[Sequence] = []
+
+    # ----- bookkeeping -------------------------------------------------------------------
+    def add(self, seq: Sequence) -> None:
+        self.waiting[seq.tier].append(seq)
+
+    def num_waiting(self, tier: Tier | None = None) -> int:
+        if tier is None:
+            return sum(len(q) for q in self.waiting.values())
+        return len(self.waiting[tier])
+
+    def has_unfinished(self) -> bool:
+        return bool(self.running) or any(self.waiting.values())
+
+    def abort(self, request_id: str) -> Sequence | None:
+        for seq in self.running:
+            if seq.request_id == request_id:
+                self.running.remove(seq)
+                self.ledger.release(seq)
+                seq.status = SeqStatus.FINISHED_ABORTED
+                return seq
+        for queue in self.waiting.values():
+            for seq in queue:
+                if seq.request_id == request_id:
+                    queue.remove(seq)
+                    self.ledger.release(seq)
+                    seq.status = SeqStatus.FINISHED_ABORTED
+                    return seq
+        return None
+
+    def finish(self, seq: Sequence, status: SeqStatus, now: float) -> None:
+        self.running.remove(seq)
+        self.ledger.release(seq)
+        seq.status = status
+        seq.finished_s = now
+
+    # ----- schedule ----------------------------------------------------------------------
+    def schedule(self, now: float) -> ScheduledBatch:
+        batch = ScheduledBatch()
+        batch.timed_out = self._expire(now)
+        budget = self.config.max_num_batched_tokens
+        decoding = [s for s in self.running if s.num_uncomputed_tokens == 1]
+        prefilling = [s for s in self.running if s.num_uncomputed_tokens > 1]
+        decodes: list[Sequence] = []
+        chunks: list[tuple[Sequence, int]] = []
+        for seq in decoding:
+            if budget == 0:
+                break
+            if seq.status is SeqStatus.RUNNING and self._grow_or_preempt(seq, 1, batch, decodes):
+                decodes.append(seq)
+                budget -= 1
+        for seq in prefilling:
+            chunk = min(seq.num_uncomputed_tokens, budget)
+            if chunk == 0:
+                break
+            if seq.status is SeqStatus.RUNNING and self._grow_or_preempt(
+                seq, chunk, batch, decodes
+            ):
+                chunks.append((seq, chunk))
+                budget -= chunk
+        chunks = [(s, n) for s, n in chunks if s.status is SeqStatus.RUNNING]
+        budget = self._admit(now, budget, batch, chunks)
+        batch.seqs = decodes + [s for s, _ in chunks]
+        batch.num_new_tokens = [1] * len(decodes) + [n for _, n in chunks]
+        batch.num_decodes = len(decodes)
+        return batch
+
+    def _expire(self, now: float) -> list[Sequence]:
+        expired: list[Sequence] = []
+        for queue in self.waiting.values():
+            late = [s for s in queue if s.deadline_s is not None and now > s.deadline_s]
+            for seq in late:
+                queue.remove(seq)
+                seq.status = SeqStatus.FINISHED_TIMEOUT
+                seq.finished_s = now
+                seq.error = (
+                    f"request {seq.request_id} waited {now - seq.arrival_s:.3f} s in the "
+                    f"{seq.tier.name.lower()} queue, past its deadline of "
+                    f"{seq.deadline_s - seq.arrival_s:.3f} s; the server is saturated, retry later"
+                )
+                expired.append(seq)
+        return expired
+
+    def _admit(
+        self, now: float, budget: int, batch: ScheduledBatch, chunks: list[tuple[Sequence, int]]
+    ) -> int:
+        cfg = self.config
+        for tier in Tier:
+            queue = self.waiting[tier]
+            if tier is Tier.OFFLINE and self.ledger.use_fraction >= cfg.offline_idle_fraction:
+                return budget
+            while queue and budget > 0:
+                limit = concurrency_limit(
+                    self.ledger.use_fraction,
+                    cfg.min_num_seqs,
+                    cfg.max_num_seqs,
+                    cfg.kv_low_watermark,
+                    cfg.kv_high_watermark,
+                )
+                if len(self.running) >= limit:
+                    return budget
+                seq = queue[0]
+                chunk = min(seq.num_uncomputed_tokens, budget)
+                if not self.ledger.can_admit(seq, chunk):
+                    return budget  # the head waits; lower tiers may not overtake it
+                queue.popleft()
+                self.ledger.admit(seq)
+                granted = self.ledger.grow(seq, seq.num_computed_tokens + chunk)
+                assert not isinstance(granted, Refused), "can_admit approved an impossible grow"
+                seq.status = SeqStatus.RUNNING
+                if seq.admitted_s is None:
+                    seq.admitted_s = now
+                    batch.admitted.append(seq)
+                seq.deadline_s = None  # the deadline bounds queue wait, not generation
+                self.running.append(seq)
+                chunks.append((seq, chunk))
+                budget -= chunk
+        return budget
+
+    # ----- preemption (on_demand only) -----------------------------------------------------
+    def _grow_or_preempt(
+        self, seq: Sequence, num_new: int, batch: ScheduledBatch, decodes: list[Sequence]
+    ) -> bool:
+        """Make room for `num_new` more tokens of `seq`; False if `seq` itself was preempted."""
+        target = seq.num_computed_tokens + num_new
+        while isinstance(self.ledger.grow(seq, target), Refused):
+            if self.ledger.mode == "reserve":
+                raise AssertionError(f"{seq.request_id} outgrew its reservation")
+            victim = max(self.running, key=lambda s: (s.tier, s.arrival_s))
+            self._preempt(victim, batch)
+            if victim in decodes:
+                decodes.remove(victim)
+            if victim is seq:
+                return False
+        return True
+
+    def _preempt(self, seq: Sequence, batch: ScheduledBatch) -> None:
+        """Recompute later: drop its KV, keep its tokens, put it at the head of its queue."""
+        self.running.remove(seq)
+        self.ledger.release(seq)
+        seq.num_computed_tokens = 0
+        seq.status = SeqStatus.WAITING
+        seq.num_preemptions += 1
+        self.waiting[seq.tier].appendleft(seq)
+        batch.preempted.append(seq)
+
+    # ----- postprocess -----------------------------------------------------------------------
+    def postprocess(self, batch: ScheduledBatch, sampled: list[int], now: float) -> list[Sequence]:
+        """Advance every scheduled sequence; returns those that produced a token."""
+        advanced: list[Sequence] = []
+        it = iter(sampled)
+        for seq, n in zip(batch.seqs, batch.num_new_tokens, strict=True):
+            seq.num_computed_tokens += n
+            if seq.num_computed_tokens < seq.num_tokens:
+                continue  # a prefill chunk that did not reach the end of the prompt
+            token = next(it)
+            seq.token_ids.append(token)
+            if seq.first_token_s is None:
+                seq.first_token_s = now
+            stop = seq.stop_reason_after(token)
+            if stop is not None:
+                self.finish(seq, stop, now)
+            advanced.append(seq)
+        return advanced

@@ -1,0 +1,76 @@
+"""Engine statistics: a frozen snapshot and the small tracker that feeds it."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    running_by_tier: dict[str, int]
+    waiting_by_tier: dict[str, int]
+    num_kv_blocks_total: int
+    num_kv_blocks_used: int
+    num_kv_blocks_reserved: int
+    block_size_tokens: int
+    concurrency_limit: int
+    tokens_per_s: float
+    queue_wait_p50_s: float
+    queue_wait_p99_s: float
+    num_preemptions: int
+    num_finished: int
+    num_timeouts: int
+
+    @property
+    def num_running(self) -> int:
+        return sum(self.running_by_tier.values())
+
+    @property
+    def num_waiting(self) -> int:
+        return sum(self.waiting_by_tier.values())
+
+    @property
+    def kv_use_fraction(self) -> float:
+        busy = max(self.num_kv_blocks_used, self.num_kv_blocks_reserved)
+        return busy / self.num_kv_blocks_total
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in [0, 100]); 0.0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[k]
+
+
+class StatsTracker:
+    """Rolling windows of generated tokens and queue waits; time is always passed in."""
+
+    def __init__(self, window_s: float = 10.0, max_waits: int = 2048) -> None:
+        self.window_s = window_s
+        self._tokens: deque[tuple[float, int]] = deque()
+        self._waits: deque[float] = deque(maxlen=max_waits)
+        self.num_preemptions = 0
+        self.num_finished = 0
+        self.num_timeouts = 0
+
+    def record_step(self, now: float, num_new_tokens: int) -> None:
+        self._tokens.append((now, num_new_tokens))
+        while self._tokens and self._tokens[0][0] < now - self.window_s:
+            self._tokens.popleft()
+
+    def record_queue_wait(self, wait_s: float) -> None:
+        self._waits.append(wait_s)
+
+    def tokens_per_s(self, now: float) -> float:
+        recent = [(t, n) for t, n in self._tokens if t >= now - self.window_s]
+        if len(recent) < 2:
+            return 0.0
+        span = max(now - recent[0][0], 1e-9)
+        return sum(n for _, n in recent[1:]) / span
+
+    def queue_wait_percentiles(self) -> tuple[float, float]:
+        waits = list(self._waits)
+        return percentile(waits, 50), percentile(waits, 99)

@@ -1,0 +1,118 @@
+"""Tiny random-weight models and an offline-trained tokenizer, for tests and benchmarks.
+
+Nothing here downloads anything: the model is built from a config, the tokenizer is a byte-level BPE
+trained in a second on text that ships with Python's standard library.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import os
+import pathlib
+
+import torch
+
+TINY_VOCAB_SIZE = 512
+
+
+def _stdlib_corpus(max_chars: int = 400_000) -> list[str]:
+    """Docstrings and source of a few stdlib modules: English and code, always on disk."""
+    import argparse
+    import asyncio.events
+    import collections
+    import dataclasses
+    import json as json_mod
+
+    lines: list[str] = []
+    total = 0
+    for mod in (collections, dataclasses, argparse, json_mod, asyncio.events):
+        for line in inspect.getsource(mod).splitlines():
+            if line.strip():
+                lines.append(line)
+                total += len(line)
+        if total > max_chars:
+            break
+    return lines
+
+
+@functools.lru_cache(maxsize=4)
+def tiny_tokenizer(vocab_size: int = TINY_VOCAB_SIZE):
+    """A byte-level BPE `PreTrainedTokenizerFast` with a chat template; any text encodes."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_stdlib_corpus(), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        bos_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+    )
+    fast.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    return fast
+
+
+def tiny_config(arch: str = "llama", **overrides):
+    """Config of a tiny decoder. `arch` is "llama" (MHA) or "qwen2" (GQA, attention biases)."""
+    from transformers import LlamaConfig, Qwen2Config
+
+    common = dict(
+        vocab_size=TINY_VOCAB_SIZE,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=1024,
+        # Random weights at the usual 0.02 give near-uniform logits, where float rounding alone can
+        # flip an argmax; a wider init gives a peaked distribution, so greedy equality is a fair test.
+        initializer_range=0.2,
+        tie_word_embeddings=False,
+        bos_token_id=0,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    if arch == "llama":
+        cfg = LlamaConfig(**{**common, "num_key_value_heads": 4, **overrides})
+    elif arch == "qwen2":
+        cfg = Qwen2Config(**{**common, "num_key_value_heads": 2, **overrides})
+    else:
+        raise ValueError(f"arch={arch!r} is not one of 'llama', 'qwen2'")
+    return cfg
+
+
+def tiny_model(arch: str = "llama", seed: int = 0, dtype=torch.float32, **overrides):
+    """A random-weight causal LM built from `tiny_config`, deterministic for a given seed."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(tiny_config(arch, **overrides), dtype=dtype)
+    return model.eval()
+
+
+def save_tiny_model_dir(path: str | os.PathLike, arch: str = "llama", seed: int = 0, **overrides):
+    """Write a tiny model and its tokenizer to a directory, as a user's local model dir would be."""
+    path = pathlib.Path(path)
+    model = tiny_model(arch, seed, **overrides)
+    model.save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    gen = path / "generation_config.json"
+    if gen.exists():  # keep EOS consistent with the tokenizer so generate() and the engine agree
+        data = json.loads(gen.read_text())
+        data["eos_token_id"] = model.config.eos_token_id
+        gen.write_text(json.dumps(data))
+    return path
