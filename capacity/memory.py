@@ -97,7 +97,7 @@ def blocks_for_tokens(num_tokens: int, block_size_tokens: int) -> int:
 
 
 def max_concurrency(num_blocks: int, avg_seq_len_tokens: float, block_size_tokens: int) -> int:
-    """Sequences of the average length that fit at once in `num_blocks` (R4: derive, then enforce)."""
+    """Sequences of the average length that fit in `num_blocks` (R4: derive, then enforce)."""
     if avg_seq_len_tokens <= 0:
         raise ValueError(f"avg_seq_len_tokens={avg_seq_len_tokens} must be > 0")
     per_seq = blocks_for_tokens(math.ceil(avg_seq_len_tokens), block_size_tokens)
@@ -111,7 +111,7 @@ def weight_bytes(num_params: int, dtype: Any) -> int:
 def estimate_num_params(config: Any) -> int:
     """Parameters of a decoder-only transformer from its config alone (no weights read).
 
-    Embedding + per layer (attention projections + gated or plain MLP + norms) + LM head when untied.
+    Embedding + per layer (attention projections + gated or plain MLP + norms) + untied LM head.
     Accurate to within a few percent for Llama/Mistral/Qwen-style models; MoE is not modelled.
     """
     shape = KVShape.from_config(config)
@@ -172,8 +172,9 @@ def split_memory(
         short_gib = (per_block - kv_region) / 2**30
         raise ValueError(
             f"model does not fit: {utilization:.0%} of {device_bytes / 2**30:.1f} GiB leaves "
-            f"{kv_region / 2**30:.2f} GiB for the KV cache after {weights_bytes / 2**30:.2f} GiB of "
-            f"weights and {reserve_bytes / 2**30:.2f} GiB of reserve; short by {short_gib:.2f} GiB. "
+            f"{kv_region / 2**30:.2f} GiB for the KV cache after "
+            f"{weights_bytes / 2**30:.2f} GiB of weights and {reserve_bytes / 2**30:.2f} GiB of "
+            f"reserve; short by {short_gib:.2f} GiB. "
             "Use a larger device, a smaller dtype, or raise utilization."
         )
     num_blocks = kv_region // per_block

@@ -1,4 +1,4 @@
-"""Field checks shared by every config object: errors name the field, the value and what is allowed."""
+"""Field checks shared by every config object: errors name the field, the value, what is allowed."""
 
 from __future__ import annotations
 

@@ -78,8 +78,8 @@ def tiny_config(arch: str = "llama", **overrides):
         num_hidden_layers=2,
         num_attention_heads=4,
         max_position_embeddings=1024,
-        # Random weights at the usual 0.02 give near-uniform logits, where float rounding alone can
-        # flip an argmax; a wider init gives a peaked distribution, so greedy equality is a fair test.
+        # Random weights at the usual 0.02 give near-uniform logits, where float rounding alone
+        # can flip an argmax; a wider init peaks the distribution, so greedy equality is fair.
         initializer_range=0.2,
         tie_word_embeddings=False,
         bos_token_id=0,

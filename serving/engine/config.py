@@ -19,9 +19,10 @@ _OWNER = "EngineConfig"
 class EngineConfig:
     """How one engine admits, schedules and stores KV.
 
-    KV budget: `num_kv_blocks` if given, else `kv_cache_bytes`, else (CUDA) `kv_cache_memory_fraction`
-    of the memory free after loading weights, else (CPU) room for `max_num_seqs` full-length sequences
-    capped at `cpu_kv_cache_max_bytes`. Every byte count goes through `capacity.memory`.
+    KV budget: `num_kv_blocks` if given, else `kv_cache_bytes`, else (CUDA)
+    `kv_cache_memory_fraction` of the memory free after loading weights, else (CPU) room for
+    `max_num_seqs` full-length sequences capped at `cpu_kv_cache_max_bytes`.
+    Every byte count goes through `capacity.memory`.
     """
 
     # R8: "reserve" admits a request only if prompt + max_tokens fits the unreserved budget (never

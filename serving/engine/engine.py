@@ -117,7 +117,8 @@ class LLMEngine:
         if want > self.max_model_len or len(ids) >= self.max_model_len:
             raise ValueError(
                 f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) = {want} tokens "
-                f"exceeds max_model_len={self.max_model_len}; shorten the prompt or lower max_tokens"
+                f"exceeds max_model_len={self.max_model_len}; shorten the prompt or lower "
+                "max_tokens"
             )
         now = self.clock()
         timeout_s = self.config.max_queue_wait_s if timeout_s is None else timeout_s
@@ -224,7 +225,10 @@ class LLMEngine:
         plist = list(params) if isinstance(params, list | tuple) else [params] * len(prompts)
         if len(plist) != len(prompts):
             raise ValueError(f"params has {len(plist)} entries for {len(prompts)} prompts")
-        seqs = [self._new_sequence(p, sp, tier, None, None) for p, sp in zip(prompts, plist)]
+        seqs = [
+            self._new_sequence(p, sp, tier, None, None)
+            for p, sp in zip(prompts, plist, strict=True)
+        ]
         for seq in seqs:
             self.submit(seq)
         while any(not s.finished for s in seqs):

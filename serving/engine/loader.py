@@ -32,7 +32,7 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 
 def load_model(path_or_model, dtype: torch.dtype, device: torch.device):
-    """A loaded `PreTrainedModel` passes through (moved/cast); a path or hub id is loaded locally."""
+    """A loaded model passes through (moved and cast); a path or hub id is loaded from disk."""
     from transformers import AutoModelForCausalLM
 
     if isinstance(path_or_model, str | os.PathLike):

@@ -1,4 +1,4 @@
-"""SamplingParams and the sampler: greedy rows in one argmax, sampled rows with their own generator."""
+"""SamplingParams and the sampler: greedy rows in one argmax, sampled rows one by one."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ _OWNER = "SamplingParams"
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
-    """Per-request decoding settings. temperature 0 means greedy; top_k 0 and top_p 1 disable those cuts."""
+    """Per-request decoding. temperature 0 is greedy; top_k 0 and top_p 1 disable those cuts."""
 
     # None: generate until EOS or max_model_len. In reserve mode a request reserves KV for
     # prompt + max_tokens, so an explicit cap admits more requests at once (R8).
