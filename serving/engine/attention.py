@@ -4,11 +4,17 @@ The model runs one packed forward per step: input_ids [1, T] with every schedule
 sequence, decodes first. Our function receives query/key/value [1, heads, T, head_dim] after the
 rotary embedding, writes the new K/V into the paged cache, and attends:
 
-  rows 0 .. num_decodes-1   one query each; all decodes in one SDPA call over gathered context
+  rows 0 .. num_decodes-1   one query each; all decodes in one SDPA call over gathered blocks
   then one segment a prefill  its chunk's queries over its context; causal with an offset
 
-Cache layout per layer: [num_blocks * block_size, kv_heads, head_dim]; a token at position p of a
-sequence lives at slot table[p // block_size] * block_size + p % block_size.
+Cache layout, per layer: [2 (K, V), kv_heads, num_blocks, block_size, head_dim].
+  - writing: the flat view [2, kv_heads, num_blocks * block_size, head_dim] takes the model's
+    key[0] ([kv_heads, T, head_dim]) as is, at slot = table[p // block_size] * block_size + p % bs;
+  - reading: index_select of whole blocks on dim 2 copies block_size * head_dim contiguous values
+    per index (3x faster than gathering slots on CPU) and leaves [2, kv_heads, B, L, head_dim]
+    contiguous, the layout SDPA is fastest on;
+  - grouped-query heads are folded, not repeated: query heads [kv_heads x group] are viewed as
+    [kv_heads, B, group] so each KV head serves its group without copying K or V.
 """
 
 from __future__ import annotations
@@ -27,29 +33,58 @@ class PrefillSegment:
     start: int  # first row of this chunk in the packed batch
     end: int
     # None when the chunk starts at position 0: attend to this step's keys, plain causal.
-    context_slots: torch.Tensor | None = None
-    mask: torch.Tensor | None = None  # [chunk, context] bool, True = may attend
+    context_blocks: torch.Tensor | None = None  # [num_blocks] block ids of the whole context
+    mask: torch.Tensor | None = None  # [chunk, num_blocks * block_size] bool, True = may attend
 
 
 @dataclass(slots=True)
 class PagedMetadata:
     """Everything one step's attention needs, built once per step and shared by all layers."""
 
-    kv_cache: torch.Tensor  # [layers, 2, slots, kv_heads, head_dim]
+    kv_cache: torch.Tensor  # [layers, 2, kv_heads, num_blocks, block_size, head_dim]
     slot_mapping: torch.Tensor  # [T] where each new token's K/V goes
     num_decodes: int = 0
-    decode_slots: torch.Tensor | None = None  # [B, L] slots of each decode's context
-    decode_mask: torch.Tensor | None = None  # [B, 1, 1, L] bool
+    decode_blocks: torch.Tensor | None = None  # [B * blocks_per_seq] padded block tables
+    decode_mask: torch.Tensor | None = None  # [1, B, 1, blocks_per_seq * block_size] bool
     prefills: list[PrefillSegment] = field(default_factory=list)
 
 
-def _sdpa(q, k, v, mask, scale, causal=False):
-    """q [B, H, Lq, D]; k, v [B, Hkv, Lk, D]; grouped-query heads are expanded here."""
-    if k.shape[1] != q.shape[1]:
-        rep = q.shape[1] // k.shape[1]
-        k = k.repeat_interleave(rep, dim=1)
-        v = v.repeat_interleave(rep, dim=1)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, is_causal=causal)
+def _gather(cache: torch.Tensor, blocks: torch.Tensor, num_seqs: int) -> torch.Tensor:
+    """[2, kv_heads, num_blocks, bs, D] -> [2, kv_heads, num_seqs, L, D] for the given blocks."""
+    two, kv_heads, _, _, dim = cache.shape
+    return cache.index_select(2, blocks).view(two, kv_heads, num_seqs, -1, dim)
+
+
+def _decode(q: torch.Tensor, cache: torch.Tensor, meta: PagedMetadata, scale) -> torch.Tensor:
+    """q [H, B, D] (one query per sequence) -> [B, H, D]."""
+    heads, b, dim = q.shape
+    kv = _gather(cache, meta.decode_blocks, b)  # [2, Hkv, B, L, D]
+    kv_heads = kv.shape[1]
+    qf = q.reshape(kv_heads, heads // kv_heads, b, dim).transpose(1, 2)  # [Hkv, B, group, D]
+    out = F.scaled_dot_product_attention(qf, kv[0], kv[1], attn_mask=meta.decode_mask, scale=scale)
+    return out.transpose(0, 1).reshape(b, heads, dim)
+
+
+def _prefill(q, k, v, cache, seg: PrefillSegment, scale) -> torch.Tensor:
+    """One sequence's chunk: q [H, n, D] -> [n, H, D]."""
+    qs = q[:, seg.start : seg.end].unsqueeze(0)
+    if seg.context_blocks is None:
+        ks = k[:, seg.start : seg.end].unsqueeze(0)
+        vs = v[:, seg.start : seg.end].unsqueeze(0)
+        out = F.scaled_dot_product_attention(
+            qs, ks, vs, is_causal=True, scale=scale, enable_gqa=True
+        )
+    else:
+        kv = _gather(cache, seg.context_blocks, 1)  # [2, Hkv, 1, L, D]
+        out = F.scaled_dot_product_attention(
+            qs,
+            kv[0].transpose(0, 1),
+            kv[1].transpose(0, 1),
+            attn_mask=seg.mask,
+            scale=scale,
+            enable_gqa=True,
+        )
+    return out[0].transpose(0, 1)
 
 
 def paged_attention_forward(
@@ -68,32 +103,18 @@ def paged_attention_forward(
             f"attention '{ATTN_IMPLEMENTATION}' needs the engine's `paged` metadata; "
             "run this model through LLMEngine"
         )
-    k_cache = paged.kv_cache[module.layer_idx, 0]
-    v_cache = paged.kv_cache[module.layer_idx, 1]
-    q = query[0].transpose(0, 1)  # [T, H, D]
-    k = key[0].transpose(0, 1)  # [T, Hkv, D]
-    v = value[0].transpose(0, 1)
-    k_cache.index_copy_(0, paged.slot_mapping, k)
-    v_cache.index_copy_(0, paged.slot_mapping, v)
-    out = torch.empty_like(q)
+    cache = paged.kv_cache[module.layer_idx]  # [2, Hkv, num_blocks, bs, D]
+    flat = cache.view(2, cache.shape[1], -1, cache.shape[-1])
+    q, k, v = query[0], key[0], value[0]  # [H, T, D], [Hkv, T, D], [Hkv, T, D]
+    flat[0].index_copy_(1, paged.slot_mapping, k)
+    flat[1].index_copy_(1, paged.slot_mapping, v)
+    out = torch.empty(q.shape[1], q.shape[0], q.shape[2], dtype=q.dtype, device=q.device)
     b = paged.num_decodes
     if b:
-        qd = q[:b].unsqueeze(2)  # [B, H, 1, D]
-        kd = k_cache[paged.decode_slots].transpose(1, 2)  # [B, Hkv, L, D]
-        vd = v_cache[paged.decode_slots].transpose(1, 2)
-        out[:b] = _sdpa(qd, kd, vd, paged.decode_mask, scaling).squeeze(2)
+        out[:b] = _decode(q[:, :b], cache, paged, scaling)
     for seg in paged.prefills:
-        qs = q[seg.start : seg.end].transpose(0, 1).unsqueeze(0)  # [1, H, n, D]
-        if seg.context_slots is None:
-            ks = k[seg.start : seg.end].transpose(0, 1).unsqueeze(0)
-            vs = v[seg.start : seg.end].transpose(0, 1).unsqueeze(0)
-            o = _sdpa(qs, ks, vs, None, scaling, causal=True)
-        else:
-            ks = k_cache[seg.context_slots].transpose(0, 1).unsqueeze(0)
-            vs = v_cache[seg.context_slots].transpose(0, 1).unsqueeze(0)
-            o = _sdpa(qs, ks, vs, seg.mask, scaling)
-        out[seg.start : seg.end] = o[0].transpose(0, 1)
-    return out.unsqueeze(0), None
+        out[seg.start : seg.end] = _prefill(q, k, v, cache, seg, scaling)
+    return out.unsqueeze(0), None  # [1, T, H, D], as transformers' own backends return
 
 
 def register() -> str:

@@ -49,6 +49,9 @@ class LLMEngine:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         cfg = config or EngineConfig()
+        if cfg.device != "auto" or cfg.dtype != "auto":  # an explicit choice moves the model
+            device = loader.resolve_device(cfg.device)
+            model = loader.load_model(model, loader.resolve_dtype(cfg.dtype, device), device)
         self.config = cfg
         self.model = model
         self.tokenizer = tokenizer

@@ -92,13 +92,17 @@ def num_kv_blocks(
 
 
 def allocate_kv_cache(model_config, dtype, device, num_blocks: int, block_size: int):
-    """[layers, 2 (K, V), slots, kv_heads, head_dim]: exactly num_blocks x block_bytes bytes."""
+    """[layers, 2 (K, V), kv_heads, blocks, block_size, head_dim]: num_blocks x block_bytes bytes.
+
+    The layout is explained in serving/engine/attention.py.
+    """
     shape = memory.KVShape.from_config(model_config)
     return torch.zeros(
         shape.num_layers,
         2,
-        num_blocks * block_size,
         shape.num_kv_heads,
+        num_blocks,
+        block_size,
         shape.head_dim,
         dtype=dtype,
         device=device,

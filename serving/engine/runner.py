@@ -45,7 +45,6 @@ class PagedRunner:
         self.device = kv_cache.device
         self.last_forward_s = 0.0
         model.set_attn_implementation(attention.register())
-        self._block_offsets = torch.arange(self.block_size, device=self.device)
 
     def release(self, request_id: str) -> None:
         pass  # all state is in the block pool, which the scheduler frees
@@ -58,19 +57,26 @@ class PagedRunner:
         bs, dev, tables = self.block_size, self.device, self.pool.tables()
         seqs = batch.seqs[: batch.num_decodes]
         ctx = [s.num_computed_tokens + 1 for s in seqs]
-        max_ctx = max(ctx)
-        num_blocks = -(-max_ctx // bs)
-        padded = []
-        for s in seqs:
+        num_blocks = -(-max(ctx) // bs)
+        padded: list[int] = []
+        for s in seqs:  # pad with block 0: its keys are masked out
             t = tables[s.request_id][:num_blocks]
-            padded.append(t + [0] * (num_blocks - len(t)))
-        bt = torch.tensor(padded, dtype=torch.long, device=dev)
-        slots = (bt.unsqueeze(-1) * bs + self._block_offsets).view(len(seqs), -1)[:, :max_ctx]
+            padded.extend(t)
+            padded.extend([0] * (num_blocks - len(t)))
         lens = torch.tensor(ctx, device=dev)
-        mask = torch.arange(max_ctx, device=dev).unsqueeze(0) < lens.unsqueeze(1)
+        mask = torch.arange(num_blocks * bs, device=dev).unsqueeze(0) < lens.unsqueeze(1)
         meta.num_decodes = len(seqs)
-        meta.decode_slots = slots
-        meta.decode_mask = mask.view(len(seqs), 1, 1, max_ctx)
+        meta.decode_blocks = torch.tensor(padded, dtype=torch.long, device=dev)
+        meta.decode_mask = mask.view(1, len(seqs), 1, num_blocks * bs)
+
+    def _prefill_segment(self, table: list[int], row: int, c: int, n: int) -> PrefillSegment:
+        seg = PrefillSegment(row, row + n)
+        if c > 0:  # chunked prefill or recompute: attend to the cached context as well
+            dev, nb = self.device, -(-(c + n) // self.block_size)
+            seg.context_blocks = torch.tensor(table[:nb], dtype=torch.long, device=dev)
+            q_pos = torch.arange(c, c + n, device=dev).unsqueeze(1)
+            seg.mask = torch.arange(nb * self.block_size, device=dev).unsqueeze(0) <= q_pos
+        return seg
 
     def _prepare(self, batch: ScheduledBatch):
         tables = self.pool.tables()
@@ -79,7 +85,6 @@ class PagedRunner:
         slots: list[int] = []
         segments: list[PrefillSegment] = []
         sample_rows: list[int] = []
-        dev = self.device
         for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)):
             c = seq.num_computed_tokens
             row = len(ids)
@@ -88,17 +93,12 @@ class PagedRunner:
             pos.extend(range(c, c + n))
             slots.extend(self._slots(table, c, c + n))
             if i >= batch.num_decodes:
-                seg = PrefillSegment(row, row + n)
-                if c > 0:  # chunked prefill or recompute: attend to cached context as well
-                    seg.context_slots = torch.tensor(self._slots(table, 0, c + n), device=dev)
-                    q_pos = torch.arange(c, c + n, device=dev).unsqueeze(1)
-                    seg.mask = torch.arange(c + n, device=dev).unsqueeze(0) <= q_pos
-                segments.append(seg)
+                segments.append(self._prefill_segment(table, row, c, n))
             if c + n == seq.num_tokens:
                 sample_rows.append(row + n - 1)
         meta = PagedMetadata(
             kv_cache=self.kv_cache,
-            slot_mapping=torch.tensor(slots, dtype=torch.long, device=dev),
+            slot_mapping=torch.tensor(slots, dtype=torch.long, device=self.device),
             prefills=segments,
         )
         if batch.num_decodes:

@@ -1,0 +1,164 @@
+"""Shared benchmark helpers: trace sampling, a tiny random Llama, timing results, reporting."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import platform
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+TRACE_PATH = Path("/work/shared/traces/azure_llm_2023_conv.csv")
+_T0 = time.perf_counter()
+
+MODEL_CONFIG = dict(
+    vocab_size=512,
+    hidden_size=256,
+    intermediate_size=688,
+    num_hidden_layers=4,
+    num_attention_heads=8,
+    num_key_value_heads=4,
+    max_position_embeddings=2048,
+    initializer_range=0.2,
+    tie_word_embeddings=False,
+    bos_token_id=0,
+    eos_token_id=2,
+    pad_token_id=0,
+)
+
+
+def log(msg: str) -> None:
+    """A progress line on stderr, stamped with seconds since the process started."""
+    print(f"[{time.perf_counter() - _T0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Scaling:
+    divisor: int = 8
+    max_prompt: int = 512
+    max_output: int = 128
+
+    def apply(self, context: int, generated: int) -> tuple[int, int]:
+        prompt = min(max(round(context / self.divisor), 1), self.max_prompt)
+        output = min(max(round(generated / self.divisor), 1), self.max_output)
+        return prompt, output
+
+    def describe(self) -> str:
+        return (
+            f"prompt = clip(round(ContextTokens / {self.divisor}), 1, {self.max_prompt}); "
+            f"output = clip(round(GeneratedTokens / {self.divisor}), 1, {self.max_output})"
+        )
+
+
+@dataclass(frozen=True)
+class Request:
+    prompt: list[int]
+    max_new_tokens: int
+
+
+def sample_requests(
+    n: int, seed: int, vocab_size: int, scaling: Scaling, path: Path = TRACE_PATH
+) -> list[Request]:
+    """`n` trace rows drawn without replacement (fixed seed), scaled, with random prompt ids."""
+    with path.open(newline="") as f:
+        rows = [(int(r["ContextTokens"]), int(r["GeneratedTokens"])) for r in csv.DictReader(f)]
+    rng = random.Random(seed)
+    picked = rng.sample(rows, n)
+    reqs = []
+    for context, generated in picked:
+        prompt_len, output_len = scaling.apply(context, generated)
+        prompt = [rng.randrange(3, vocab_size) for _ in range(prompt_len)]
+        reqs.append(Request(prompt, output_len))
+    return reqs
+
+
+def build_model(seed: int, dtype: torch.dtype, device: str):
+    """A random-weight Llama of a few million parameters (no download)."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(**MODEL_CONFIG)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+    return model.to(device).eval()
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile: the smallest value with at least q% of values at or below it."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(math.ceil(q / 100 * len(ordered)), 1)
+    return ordered[rank - 1]
+
+
+@dataclass
+class RunResult:
+    """One system's measured run. Times are seconds since that system's start."""
+
+    name: str
+    wall_s: float
+    num_tokens: int
+    latencies: list[float]
+    ttfts: list[float]
+    outputs: list[list[int]] = field(default_factory=list)
+    notes: str = ""
+
+    def summary(self) -> dict:
+        out = {
+            "name": self.name,
+            "tokens_per_s": self.num_tokens / self.wall_s,
+            "latency_p50_s": percentile(self.latencies, 50),
+            "latency_p99_s": percentile(self.latencies, 99),
+            "ttft_p50_s": percentile(self.ttfts, 50),
+            "ttft_p99_s": percentile(self.ttfts, 99),
+            "wall_s": self.wall_s,
+            "num_requests": len(self.latencies),
+            "generated_tokens": self.num_tokens,
+        }
+        if self.notes:
+            out["notes"] = self.notes
+        return out
+
+
+def machine_info(device: str, dtype: str) -> dict:
+    import transformers
+
+    info = {
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "device": device,
+        "dtype": dtype,
+    }
+    if device.startswith("cuda") and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def format_table(systems: list[dict]) -> str:
+    head = f"{'system':<20} {'reqs':>5} {'tok/s':>9} {'wall s':>8} "
+    head += f"{'lat p50':>8} {'lat p99':>8} {'ttft p50':>9} {'ttft p99':>9}"
+    lines = [head, "-" * len(head)]
+    for s in systems:
+        lines.append(
+            f"{s['name']:<20} {s['num_requests']:>5} {s['tokens_per_s']:>9.1f} "
+            f"{s['wall_s']:>8.2f} {s['latency_p50_s']:>8.2f} {s['latency_p99_s']:>8.2f} "
+            f"{s['ttft_p50_s']:>9.2f} {s['ttft_p99_s']:>9.2f}"
+        )
+    return "\n".join(lines)
+
+
+def write_json(path: str, obj: dict) -> None:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
