@@ -109,6 +109,7 @@ class RunResult:
     ttfts: list[float]
     outputs: list[list[int]] = field(default_factory=list)
     notes: str = ""
+    extra: dict = field(default_factory=dict)  # system-specific numbers, kept out of summary()
 
     def summary(self) -> dict:
         out = {
@@ -125,6 +126,27 @@ class RunResult:
         if self.notes:
             out["notes"] = self.notes
         return out
+
+
+class FirstTokenTimer:
+    """A `generate()` streamer: its first put() is the prompt, the second the first new token."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.first_token_at: float | None = None
+
+    def put(self, value) -> None:
+        self.calls += 1
+        if self.calls == 2:
+            self.first_token_at = time.perf_counter()
+
+    def end(self) -> None:
+        pass
+
+
+def ratio(a: dict | None, b: dict | None, key: str) -> float | None:
+    """a[key] / b[key] between two system summaries; None when either system is missing."""
+    return a[key] / b[key] if a and b and b[key] else None
 
 
 def machine_info(device: str, dtype: str) -> dict:
@@ -156,6 +178,37 @@ def format_table(systems: list[dict]) -> str:
             f"{s['ttft_p50_s']:>9.2f} {s['ttft_p99_s']:>9.2f}"
         )
     return "\n".join(lines)
+
+
+def step_stats(step_log) -> dict:
+    """Host overhead: the share of step time spent outside the model forward."""
+    steps = list(step_log)
+    big = [s for s in steps if s.num_seqs >= 16]
+
+    def outside(rows) -> float | None:
+        total = sum(s.step_s for s in rows)
+        return sum(s.step_s - s.forward_s for s in rows) / total if total else None
+
+    return {
+        "outside_forward_fraction": outside(big),
+        "outside_forward_fraction_all": outside(steps),
+        "mean_batch_size": sum(s.num_seqs for s in steps) / len(steps) if steps else None,
+        "num_steps": len(steps),
+        "num_steps_batch_ge_16": len(big),
+    }
+
+
+def print_report(report: dict) -> None:
+    def fmt(d: dict) -> str:
+        return ", ".join(
+            f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in d.items()
+        )
+
+    print(format_table(report["systems"]))
+    print("ratios: " + fmt(report["ratios"]))
+    print("targets: " + fmt(report["targets"]))
+    keys = ("outside_forward_fraction", "outside_forward_fraction_all", "mean_batch_size")
+    print(fmt({k: report[k] for k in (*keys, "num_steps", "outputs_match")}))
 
 
 def write_json(path: str, obj: dict) -> None:
