@@ -4,7 +4,8 @@ The model runs one packed forward per step: input_ids [1, T] with every schedule
 sequence, decodes first. Our function receives query/key/value [1, heads, T, head_dim] after the
 rotary embedding, writes the new K/V into the paged cache, and attends:
 
-  rows 0 .. num_decodes-1   one query each; all decodes in one SDPA call over gathered blocks
+  rows 0 .. num_decodes-1   one query each; decodes of similar context length form a group,
+                            one SDPA call a group over its gathered blocks (less padding)
   then one segment a prefill  its chunk's queries over its context; causal with an offset
 
 Cache layout, per layer: [2 (K, V), kv_heads, num_blocks, block_size, head_dim].
@@ -38,14 +39,20 @@ class PrefillSegment:
 
 
 @dataclass(slots=True)
+class DecodeGroup:
+    start: int  # rows start..end-1 of the packed batch, one query each
+    end: int
+    blocks: torch.Tensor  # [(end - start) * blocks_per_seq] padded block tables
+    mask: torch.Tensor  # [1, end - start, 1, blocks_per_seq * block_size] bool
+
+
+@dataclass(slots=True)
 class PagedMetadata:
     """Everything one step's attention needs, built once per step and shared by all layers."""
 
     kv_cache: torch.Tensor  # [layers, 2, kv_heads, num_blocks, block_size, head_dim]
     slot_mapping: torch.Tensor  # [T] where each new token's K/V goes
-    num_decodes: int = 0
-    decode_blocks: torch.Tensor | None = None  # [B * blocks_per_seq] padded block tables
-    decode_mask: torch.Tensor | None = None  # [1, B, 1, blocks_per_seq * block_size] bool
+    decode_groups: list[DecodeGroup] = field(default_factory=list)
     prefills: list[PrefillSegment] = field(default_factory=list)
 
 
@@ -55,13 +62,16 @@ def _gather(cache: torch.Tensor, blocks: torch.Tensor, num_seqs: int) -> torch.T
     return cache.index_select(2, blocks).view(two, kv_heads, num_seqs, -1, dim)
 
 
-def _decode(q: torch.Tensor, cache: torch.Tensor, meta: PagedMetadata, scale) -> torch.Tensor:
-    """q [H, B, D] (one query per sequence) -> [B, H, D]."""
-    heads, b, dim = q.shape
-    kv = _gather(cache, meta.decode_blocks, b)  # [2, Hkv, B, L, D]
+def _decode(q: torch.Tensor, cache: torch.Tensor, group: DecodeGroup, scale) -> torch.Tensor:
+    """q [H, T, D]; the group's rows, one query per sequence -> [B, H, D]."""
+    heads, _, dim = q.shape
+    b = group.end - group.start
+    kv = _gather(cache, group.blocks, b)  # [2, Hkv, B, L, D]
     kv_heads = kv.shape[1]
-    qf = q.reshape(kv_heads, heads // kv_heads, b, dim).transpose(1, 2)  # [Hkv, B, group, D]
-    out = F.scaled_dot_product_attention(qf, kv[0], kv[1], attn_mask=meta.decode_mask, scale=scale)
+    qg = q[:, group.start : group.end].reshape(kv_heads, heads // kv_heads, b, dim)
+    out = F.scaled_dot_product_attention(
+        qg.transpose(1, 2), kv[0], kv[1], attn_mask=group.mask, scale=scale
+    )  # [Hkv, B, group, D]
     return out.transpose(0, 1).reshape(b, heads, dim)
 
 
@@ -109,9 +119,8 @@ def paged_attention_forward(
     flat[0].index_copy_(1, paged.slot_mapping, k)
     flat[1].index_copy_(1, paged.slot_mapping, v)
     out = torch.empty(q.shape[1], q.shape[0], q.shape[2], dtype=q.dtype, device=q.device)
-    b = paged.num_decodes
-    if b:
-        out[:b] = _decode(q[:, :b], cache, paged, scaling)
+    for group in paged.decode_groups:
+        out[group.start : group.end] = _decode(q, cache, group, scaling)
     for seg in paged.prefills:
         out[seg.start : seg.end] = _prefill(q, k, v, cache, seg, scaling)
     return out.unsqueeze(0), None  # [1, T, H, D], as transformers' own backends return

@@ -13,10 +13,11 @@ from typing import Protocol
 import torch
 
 from serving.engine import attention
-from serving.engine.attention import PagedMetadata, PrefillSegment
+from serving.engine.attention import DecodeGroup, PagedMetadata, PrefillSegment
 from serving.engine.kv_blocks import BlockPool
 from serving.engine.sampling import sample
 from serving.engine.scheduler import ScheduledBatch
+from serving.engine.sequence import Sequence
 
 
 class Runner(Protocol):
@@ -29,6 +30,28 @@ class Runner(Protocol):
     def release(self, request_id: str) -> None:
         """Forget per-sequence state of a finished or aborted request."""
         ...
+
+
+def group_by_length(ctx_desc: list[int], max_groups: int = 4, min_size: int = 4):
+    """Split decodes (context lengths, longest first) into row ranges that pad little.
+
+    A new group starts where a context is at most half the group's longest, so padding wastes
+    under half of any group's gather; small groups and many SDPA calls cost more than they save.
+    """
+    groups: list[tuple[int, int]] = []
+    start = 0
+    for i in range(1, len(ctx_desc)):
+        if (
+            len(groups) < max_groups - 1
+            and i - start >= min_size
+            and len(ctx_desc) - i >= min_size
+            and 2 * ctx_desc[i] <= ctx_desc[start]
+        ):
+            groups.append((start, i))
+            start = i
+    if ctx_desc:
+        groups.append((start, len(ctx_desc)))
+    return groups
 
 
 def _sampling_args(batch: ScheduledBatch, rows: list[int]):
@@ -53,9 +76,8 @@ class PagedRunner:
         bs = self.block_size
         return [table[p // bs] * bs + p % bs for p in range(start, end)]
 
-    def _decode_metadata(self, batch: ScheduledBatch, meta: PagedMetadata) -> None:
+    def _decode_group(self, seqs: list[Sequence], start: int) -> DecodeGroup:
         bs, dev, tables = self.block_size, self.device, self.pool.tables()
-        seqs = batch.seqs[: batch.num_decodes]
         ctx = [s.num_computed_tokens + 1 for s in seqs]
         num_blocks = -(-max(ctx) // bs)
         padded: list[int] = []
@@ -65,9 +87,12 @@ class PagedRunner:
             padded.extend([0] * (num_blocks - len(t)))
         lens = torch.tensor(ctx, device=dev)
         mask = torch.arange(num_blocks * bs, device=dev).unsqueeze(0) < lens.unsqueeze(1)
-        meta.num_decodes = len(seqs)
-        meta.decode_blocks = torch.tensor(padded, dtype=torch.long, device=dev)
-        meta.decode_mask = mask.view(1, len(seqs), 1, num_blocks * bs)
+        return DecodeGroup(
+            start=start,
+            end=start + len(seqs),
+            blocks=torch.tensor(padded, dtype=torch.long, device=dev),
+            mask=mask.view(1, len(seqs), 1, num_blocks * bs),
+        )
 
     def _prefill_segment(self, table: list[int], row: int, c: int, n: int) -> PrefillSegment:
         seg = PrefillSegment(row, row + n)
@@ -79,35 +104,46 @@ class PagedRunner:
         return seg
 
     def _prepare(self, batch: ScheduledBatch):
+        """Pack the batch: decodes longest-context first, in groups, then prefill chunks.
+
+        Returns the packed ids and positions, the attention metadata, and for each row that
+        samples, the index of its sequence in `batch` (rows are reordered, the batch is not).
+        """
         tables = self.pool.tables()
+        nd = batch.num_decodes
+        order = sorted(range(nd), key=lambda i: -batch.seqs[i].num_computed_tokens)
         ids: list[int] = []
         pos: list[int] = []
         slots: list[int] = []
         segments: list[PrefillSegment] = []
         sample_rows: list[int] = []
-        for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)):
+        sampled_from: list[int] = []
+        for i in order + list(range(nd, len(batch.seqs))):
+            seq, n = batch.seqs[i], batch.num_new_tokens[i]
             c = seq.num_computed_tokens
             row = len(ids)
             table = tables[seq.request_id]
             ids.extend(seq.token_ids[c : c + n])
             pos.extend(range(c, c + n))
             slots.extend(self._slots(table, c, c + n))
-            if i >= batch.num_decodes:
+            if i >= nd:
                 segments.append(self._prefill_segment(table, row, c, n))
             if c + n == seq.num_tokens:
                 sample_rows.append(row + n - 1)
+                sampled_from.append(i)
         meta = PagedMetadata(
             kv_cache=self.kv_cache,
             slot_mapping=torch.tensor(slots, dtype=torch.long, device=self.device),
             prefills=segments,
         )
-        if batch.num_decodes:
-            self._decode_metadata(batch, meta)
-        return ids, pos, meta, sample_rows
+        decodes = [batch.seqs[i] for i in order]
+        for start, end in group_by_length([s.num_computed_tokens + 1 for s in decodes]):
+            meta.decode_groups.append(self._decode_group(decodes[start:end], start))
+        return ids, pos, meta, sample_rows, sampled_from
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> list[int]:
-        ids, pos, meta, sample_rows = self._prepare(batch)
+        ids, pos, meta, sample_rows, sampled_from = self._prepare(batch)
         dev = self.device
         t0 = time.perf_counter()
         out = self.model(
@@ -121,8 +157,9 @@ class PagedRunner:
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
         self.last_forward_s = time.perf_counter() - t0
-        rows = [i for i in range(len(batch.seqs)) if batch.samples(i)]
-        return sample(logits, *_sampling_args(batch, rows))
+        tokens = sample(logits, *_sampling_args(batch, sampled_from))
+        by_seq = dict(zip(sampled_from, tokens, strict=True))
+        return [by_seq[i] for i in sorted(by_seq)]
 
 
 class HFRunner:
