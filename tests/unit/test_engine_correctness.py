@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from serving.engine import EngineConfig, LLMEngine, SamplingParams
+from serving.engine import runner as runner_mod
 from serving.testing import tiny_model
 from tests.conftest import random_prompts
 
@@ -60,10 +61,24 @@ def run_staggered(engine, prompts, max_tokens, seed=0):
 
 @pytest.mark.parametrize(
     ("kv_mode", "num_kv_blocks", "runner"),
-    [("reserve", 120, "paged"), ("on_demand", 48, "paged"), ("on_demand", 48, "hf")],
+    [
+        ("reserve", 120, "paged"),  # tight: few requests fit at once
+        ("reserve", 1200, "paged"),  # roomy: many decodes of mixed lengths, in several groups
+        ("on_demand", 48, "paged"),  # forces preemption and recompute
+        ("on_demand", 48, "hf"),  # the fallback runner
+    ],
 )
-def test_greedy_equals_hf_generate(model_and_refs, kv_mode, num_kv_blocks, runner):
+def test_greedy_equals_hf_generate(model_and_refs, kv_mode, num_kv_blocks, runner, monkeypatch):
     arch, model, prompts, max_tokens, refs = model_and_refs
+    num_groups: list[int] = []
+    original = runner_mod.group_by_length
+
+    def spy(ctx, **kw):
+        groups = original(ctx, **kw)
+        num_groups.append(len(groups))
+        return groups
+
+    monkeypatch.setattr(runner_mod, "group_by_length", spy)
     config = EngineConfig(
         kv_mode=kv_mode,
         num_kv_blocks=num_kv_blocks,
@@ -84,6 +99,8 @@ def test_greedy_equals_hf_generate(model_and_refs, kv_mode, num_kv_blocks, runne
         assert stats.num_preemptions == 0
     assert stats.num_kv_blocks_used == 0 and stats.num_kv_blocks_reserved == 0
     assert stats.num_finished == NUM_REQUESTS
+    if num_kv_blocks >= 1200:
+        assert max(num_groups) > 1, "the roomy case should batch decodes in several groups"
     model.set_attn_implementation("sdpa")  # give the module-scoped model back unchanged
 
 
