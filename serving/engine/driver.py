@@ -114,7 +114,7 @@ class AsyncDriver:
 
     async def stream(self, prompt, params, tier, request_id, timeout_s):
         self._ensure_started()
-        seq = self.engine._new_sequence(prompt, params, tier, request_id, timeout_s)
+        seq = self.engine.make_sequence(prompt, params, tier, request_id, timeout_s)
         if seq.request_id in self._streams:
             raise ValueError(f"request_id={seq.request_id!r} is already in flight")
         st = _Stream(seq)

@@ -64,7 +64,7 @@ class LLMEngine:
         self.pool = BlockPool(num_blocks, cfg.block_size_tokens)
         self.ledger = KVLedger(self.pool, cfg.kv_mode, cfg.on_demand_free_fraction)
         self.scheduler = Scheduler(cfg, self.ledger)
-        self.eos_token_ids = _eos_ids(model, tokenizer)
+        self.eos_token_ids = loader.eos_token_ids(model, tokenizer)
         self.vocab_size = mc.get_text_config().vocab_size
         use_paged = cfg.runner == "paged" or (
             cfg.runner == "auto" and type(model)._supports_attention_backend
@@ -109,9 +109,10 @@ class LLMEngine:
             )
         return ids
 
-    def _new_sequence(
+    def make_sequence(
         self, prompt: Prompt, params: SamplingParams | None, tier, request_id, timeout_s
     ) -> Sequence:
+        """Validate a request and build its Sequence; raises ValueError if it can never run."""
         params = params or SamplingParams()
         ids = self.encode(prompt)
         if not ids:
@@ -155,7 +156,7 @@ class LLMEngine:
         timeout_s: float | None = None,
     ) -> str:
         """Queue a request; raises ValueError at once if it can never run. Returns its id."""
-        seq = self._new_sequence(prompt, params, tier, request_id, timeout_s)
+        seq = self.make_sequence(prompt, params, tier, request_id, timeout_s)
         self.submit(seq)
         return seq.request_id
 
@@ -229,7 +230,7 @@ class LLMEngine:
         if len(plist) != len(prompts):
             raise ValueError(f"params has {len(plist)} entries for {len(prompts)} prompts")
         seqs = [
-            self._new_sequence(p, sp, tier, None, None)
+            self.make_sequence(p, sp, tier, None, None)
             for p, sp in zip(prompts, plist, strict=True)
         ]
         for seq in seqs:
@@ -277,7 +278,7 @@ class LLMEngine:
     def stats(self) -> EngineStats:
         cfg, now = self.config, self.clock()
         running = {t.name.lower(): 0 for t in Tier}
-        for seq in self.scheduler.running:
+        for seq in list(self.scheduler.running):  # a snapshot: a step may be running
             running[seq.tier.name.lower()] += 1
         p50, p99 = self.tracker.queue_wait_percentiles()
         return EngineStats(
@@ -304,16 +305,3 @@ class LLMEngine:
 
     def check_integrity(self) -> None:
         self.ledger.check_integrity()
-
-
-def _eos_ids(model, tokenizer) -> frozenset[int]:
-    """EOS ids as `generate()` sees them: generation config, then model config, then tokenizer."""
-    gen = getattr(model, "generation_config", None)
-    eos = getattr(gen, "eos_token_id", None)
-    if eos is None:
-        eos = getattr(model.config, "eos_token_id", None)
-    if eos is None and tokenizer is not None:
-        eos = tokenizer.eos_token_id
-    if eos is None:
-        return frozenset()
-    return frozenset(eos if isinstance(eos, list | tuple) else [eos])

@@ -107,3 +107,16 @@ def allocate_kv_cache(model_config, dtype, device, num_blocks: int, block_size: 
         dtype=dtype,
         device=device,
     )
+
+
+def eos_token_ids(model, tokenizer) -> frozenset[int]:
+    """EOS ids as `generate()` sees them: generation config, then model config, then tokenizer."""
+    gen = getattr(model, "generation_config", None)
+    eos = getattr(gen, "eos_token_id", None)
+    if eos is None:
+        eos = getattr(model.config, "eos_token_id", None)
+    if eos is None and tokenizer is not None:
+        eos = tokenizer.eos_token_id
+    if eos is None:
+        return frozenset()
+    return frozenset(eos if isinstance(eos, list | tuple) else [eos])

@@ -65,7 +65,8 @@ class StatsTracker:
         self._waits.append(wait_s)
 
     def tokens_per_s(self, now: float) -> float:
-        recent = [(t, n) for t, n in self._tokens if t >= now - self.window_s]
+        # list() copies in one C call under the GIL: safe while the engine thread appends.
+        recent = [(t, n) for t, n in list(self._tokens) if t >= now - self.window_s]
         if len(recent) < 2:
             return 0.0
         span = max(now - recent[0][0], 1e-9)
