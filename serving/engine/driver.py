@@ -115,11 +115,9 @@ class AsyncDriver:
     async def stream(self, prompt, params, tier, request_id, timeout_s):
         self._ensure_started()
         seq = self.engine.make_sequence(prompt, params, tier, request_id, timeout_s)
-        if seq.request_id in self._streams:
-            raise ValueError(f"request_id={seq.request_id!r} is already in flight")
+        self.engine.submit(seq)  # raises on a duplicate id before any stream state exists
         st = _Stream(seq)
         self._streams[seq.request_id] = st
-        self.engine.submit(seq)
         try:
             while True:
                 item = await st.queue.get()

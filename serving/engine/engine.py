@@ -79,6 +79,7 @@ class LLMEngine:
         else:
             self.runner = HFRunner(model, self.device)
         self._inbox: deque[tuple[str, object]] = deque()
+        self._live: set[str] = set()
         self._ids = itertools.count()
         self.tracker = StatsTracker()
         self.step_log: deque[StepTiming] = deque(maxlen=8192)
@@ -161,7 +162,11 @@ class LLMEngine:
         return seq.request_id
 
     def submit(self, seq: Sequence) -> None:
-        """Hand a validated sequence to the next step."""
+        """Hand a validated sequence to the next step. Ids must be unique among live requests:
+        the block pool keys block tables by id, so a duplicate would share (corrupt) one."""
+        if seq.request_id in self._live:
+            raise ValueError(f"request_id={seq.request_id!r} is already in flight")
+        self._live.add(seq.request_id)
         self._inbox.append(("add", seq))
         self._driver.wake()
 
@@ -205,6 +210,7 @@ class LLMEngine:
             if seq.finished:
                 self.tracker.num_finished += 1
                 self.runner.release(seq.request_id)
+                self._live.discard(seq.request_id)
         if batch.seqs:
             self.tracker.record_step(now, num_sampled)
             self.step_log.append(

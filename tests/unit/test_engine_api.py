@@ -60,6 +60,16 @@ def test_bad_prompts(engine, prompt, message):
         engine.add_request(prompt, GREEDY)
 
 
+def test_duplicate_live_request_id_is_refused(engine):
+    engine.add_request([5, 6], GREEDY, request_id="same")
+    with pytest.raises(ValueError, match="request_id='same' is already in flight"):
+        engine.add_request([7, 8], GREEDY, request_id="same")
+    while engine.has_unfinished():
+        engine.step()
+    engine.add_request([7, 8], GREEDY, request_id="same")  # free again once finished
+    engine.check_integrity()
+
+
 def test_unknown_tier_is_named(engine):
     with pytest.raises(
         ValueError,
