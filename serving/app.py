@@ -1,0 +1,56 @@
+"""The Serve application: `serve run cluster.yaml` or `serve run serving.app:app`.
+
+Hot and cold are two deployments of ONE class bound to ONE config dict (DESIGN decision 3), so the
+cold group cannot drift from the hot one; the ingress also checks their fingerprints (R9).
+"""
+
+from __future__ import annotations
+
+from ray import serve
+from ray.serve.config import RequestRouterConfig
+
+from serving.config import AppConfig
+from serving.http import HttpIngress
+from serving.replica import ModelReplica
+
+ROUTER = "serving.routing:KVHeadroomRouter"
+
+
+def _replica_options(cfg: AppConfig, pool: str, num_replicas: int, resources: dict) -> dict:
+    rep = cfg.replica
+    return dict(
+        name=pool,
+        num_replicas=num_replicas,
+        max_ongoing_requests=rep.max_ongoing_requests,
+        max_queued_requests=rep.max_queued_requests,
+        graceful_shutdown_timeout_s=rep.graceful_shutdown_timeout_s,
+        health_check_period_s=rep.health_check_period_s,
+        ray_actor_options={
+            "num_cpus": rep.num_cpus,
+            "num_gpus": rep.num_gpus,
+            "resources": dict(resources),
+        },
+        request_router_config=RequestRouterConfig(
+            request_router_class=ROUTER, request_routing_stats_period_s=2.0
+        ),
+    )
+
+
+def build_app(args: dict | None = None):
+    """Build the application from our section of cluster.yaml (validated strictly)."""
+    cfg = AppConfig.from_args(args)
+    shared = cfg.to_dict()  # the one config both groups (and the ingress) are built from
+    replica = serve.deployment(ModelReplica)
+    hot = replica.options(
+        **_replica_options(cfg, "hot", cfg.pools.hot.num_replicas, cfg.pools.hot.resources)
+    ).bind(shared, "hot")
+    cold = replica.options(
+        **_replica_options(cfg, "cold", cfg.pools.cold.initial_replicas, cfg.pools.cold.resources)
+    ).bind(shared, "cold")
+    ingress = serve.deployment(HttpIngress).options(
+        name="ingress", num_replicas=1, ray_actor_options={"num_cpus": 0}
+    )
+    return ingress.bind(shared, hot, cold)
+
+
+app = build_app()

@@ -1,0 +1,121 @@
+"""Pool choice with failover, and what the ingress does with a replica's stream.
+
+Pool order per tier (DESIGN "the flow of one request"):
+  interactive  hot first; cold when hot is saturated (its replica refuses or Serve backpressures)
+  analytical   cold first, then hot
+  offline      cold first, then hot; replicas admit offline work only with idle KV headroom
+A pool with no running replica is skipped. When every eligible pool refuses: 429 + Retry-After.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from serving.protocol import ApiError
+
+log = logging.getLogger("ray.serve")
+
+POOL_ORDER = {
+    "interactive": ("hot", "cold"),
+    "analytical": ("cold", "hot"),
+    "offline": ("cold", "hot"),
+}
+
+
+@dataclass(slots=True)
+class OpenStream:
+    """A replica stream whose first item was a delta: admission succeeded."""
+
+    first: dict
+    rest: AsyncIterator[dict]
+    pool: str
+    response: object = None  # the DeploymentResponseGenerator, kept to cancel it
+
+    def cancel(self) -> None:
+        cancel = getattr(self.response, "cancel", None)
+        if cancel is not None:
+            cancel()
+
+
+@dataclass(slots=True)
+class Refusals:
+    reasons: list[str] = field(default_factory=list)
+    retry_after_s: float = 0.0
+
+    def add(self, reason: str, retry_after_s: float) -> None:
+        self.reasons.append(reason)
+        self.retry_after_s = max(self.retry_after_s, retry_after_s)
+
+    def error(self, default_retry_s: float) -> ApiError:
+        if not self.reasons:
+            return ApiError(
+                503,
+                "no replica is running for this request's pools",
+                type_="service_unavailable",
+                retry_after_s=default_retry_s,
+            )
+        return ApiError(
+            429,
+            "server is saturated: " + "; ".join(self.reasons),
+            type_="rate_limit_error",
+            code="rate_limit_exceeded",
+            retry_after_s=self.retry_after_s or default_retry_s,
+        )
+
+
+async def open_stream(
+    handles: dict, available: dict[str, bool], request: dict, default_retry_s: float
+) -> OpenStream:
+    """Try the tier's pools in order until one admits; raise ApiError 400/429/503 otherwise."""
+    from ray.serve.exceptions import BackPressureError
+
+    refusals = Refusals()
+    for pool in POOL_ORDER[request["tier"]]:
+        if not available.get(pool, False):
+            continue
+        response = handles[pool].options(stream=True).generate_stream.remote(request)
+        try:
+            first = await response.__anext__()
+        except BackPressureError as err:
+            refusals.add(f"{pool}: replica queues full ({err})", default_retry_s)
+            continue
+        except StopAsyncIteration:
+            refusals.add(f"{pool}: empty stream", default_retry_s)
+            continue
+        if first["type"] == "refused":
+            refusals.add(first["reason"], first["retry_after_s"])
+            continue
+        if first["type"] == "error":
+            raise ApiError(first["status"], first["message"])
+        return OpenStream(first, response, pool, response)
+    raise refusals.error(default_retry_s)
+
+
+class StopStrings:
+    """Cut the text at the first stop string, holding back what could still become one."""
+
+    def __init__(self, stops: list[str]) -> None:
+        self.stops = stops
+        self.hold = max((len(s) for s in stops), default=1) - 1
+        self.buffer = ""
+        self.stopped = False
+
+    def feed(self, text: str, final: bool) -> str:
+        """Returns the text that is safe to emit now."""
+        if not self.stops:
+            return text
+        self.buffer += text
+        cuts = [i for i in (self.buffer.find(s) for s in self.stops) if i >= 0]
+        if cuts:
+            self.stopped = True
+            out, self.buffer = self.buffer[: min(cuts)], ""
+            return out
+        if final:
+            out, self.buffer = self.buffer, ""
+            return out
+        keep = min(self.hold, len(self.buffer))
+        out = self.buffer[: len(self.buffer) - keep]
+        self.buffer = self.buffer[len(out) :]
+        return out

@@ -1,0 +1,116 @@
+"""The HTTP routes of the ingress: /v1/models, /v1/completions, /v1/chat/completions, /health.
+
+SSE frames are `data: <json>\\n\\n` and end with `data: [DONE]`; with
+`stream_options.include_usage` a last chunk carries usage and no choices, as OpenAI sends it.
+A failure after the stream started (a replica died) becomes an error event, never a hang.
+"""
+
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import Request
+from fastapi.responses import StreamingResponse
+from ray import serve
+
+from serving import protocol as p
+from serving.dispatch import OpenStream
+from serving.ingress import Ingress, api, check_api_key, now_s, read_json, sse, validate
+
+log = logging.getLogger("ray.serve")
+
+
+def _chat_chunk(rid, model, created, text: str, finish_reason):
+    return p.chat_chunk(rid, model, created, {"content": text} if text else {}, finish_reason)
+
+
+# Decorated where it is defined: Serve rewrites the routes' `self` when the decorator runs, and a
+# replica re-imports this module, so the rewrite must happen at import, not in build_app().
+@serve.ingress(api)
+class HttpIngress(Ingress):
+    @api.get("/health")
+    async def health(self) -> dict:
+        return {"status": "ok", "pools": dict(self.available)}
+
+    @api.get("/v1/models")
+    async def models(self, request: Request) -> dict:
+        check_api_key(self, request)
+        card = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "tideserve"}
+        return {"object": "list", "data": [card]}
+
+    async def _prepare(self, request: Request, kind: type):
+        check_api_key(self, request)
+        req = validate(kind, await read_json(self, request))
+        if req.model and req.model != self.model_name:
+            raise p.ApiError(
+                404,
+                f"model {req.model!r} does not exist; this server serves {self.model_name!r}",
+                param="model",
+                code="model_not_found",
+            )
+        tier = self._tier(req.priority, request.headers.get("x-priority"))
+        return req, tier
+
+    @api.post("/v1/completions")
+    async def completions(self, request: Request):
+        req, tier = await self._prepare(request, p.CompletionRequest)
+        ids = self._encode_prompt(req.prompt)
+        opened = await self._open(ids, self._params(req, len(ids)), tier)
+        rid = p.new_id("cmpl")
+        if req.stream:
+            frames = self._stream(opened, req, rid, p.completion_chunk, "text_completion")
+            return StreamingResponse(frames, media_type="text/event-stream")
+        text, last = await self._collect(opened, req.stop)
+        return p.completion_response(
+            rid,
+            self.model_name,
+            text,
+            last["finish_reason"],
+            last["num_prompt_tokens"],
+            last["num_output_tokens"],
+        )
+
+    @api.post("/v1/chat/completions")
+    async def chat_completions(self, request: Request):
+        req, tier = await self._prepare(request, p.ChatCompletionRequest)
+        ids = self._encode_chat(req.messages)
+        opened = await self._open(ids, self._params(req, len(ids)), tier)
+        rid = p.new_id("chatcmpl")
+        if req.stream:
+            frames = self._stream(opened, req, rid, _chat_chunk, "chat.completion.chunk")
+            return StreamingResponse(frames, media_type="text/event-stream")
+        text, last = await self._collect(opened, req.stop)
+        return p.chat_response(
+            rid,
+            self.model_name,
+            text,
+            last["finish_reason"],
+            last["num_prompt_tokens"],
+            last["num_output_tokens"],
+        )
+
+    async def _collect(self, opened: OpenStream, stops: list[str]) -> tuple[str, dict]:
+        parts = [item async for item in self._relay(opened, stops)]
+        return "".join(item["text"] for item in parts), parts[-1]
+
+    async def _stream(self, opened, req, rid, chunk, obj: str) -> AsyncIterator[str]:
+        created, model, last = now_s(), self.model_name, opened.first
+        if obj == "chat.completion.chunk":  # OpenAI opens a chat stream with the role
+            yield sse(p.chat_chunk(rid, model, created, {"role": "assistant", "content": ""}, None))
+        try:
+            async for item in self._relay(opened, req.stop):
+                last = item
+                if item["text"]:
+                    yield sse(chunk(rid, model, created, item["text"], None))
+        except Exception as err:  # mid-stream failure: tell the client, then end the stream
+            log.warning("stream %s failed: %s", rid, err)
+            yield sse(p.error_body(f"generation failed mid-stream: {err}", "server_error"))
+            yield sse("[DONE]")
+            return
+        yield sse(chunk(rid, model, created, "", last["finish_reason"]))
+        if req.stream_options is not None and req.stream_options.include_usage:
+            yield sse(
+                p.usage_chunk(
+                    rid, model, created, obj, last["num_prompt_tokens"], last["num_output_tokens"]
+                )
+            )
+        yield sse("[DONE]")

@@ -1,0 +1,298 @@
+"""Ingress: OpenAI-compatible HTTP (FastAPI through serve.ingress) and the handle API.
+
+It validates, counts tokens (it owns the tokenizer and chat template), classifies the tier
+(`x-priority` header or `priority` field, default interactive), picks a pool (serving/dispatch.py)
+and relays the replica's token stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from serving import protocol as p
+from serving.config import AppConfig
+from serving.dispatch import OpenStream, StopStrings, open_stream
+
+log = logging.getLogger("ray.serve")
+api = FastAPI(title="tideserve", docs_url=None, redoc_url=None)
+
+
+@api.exception_handler(p.ApiError)
+async def _api_error(_: Request, err: p.ApiError) -> JSONResponse:
+    headers = {}
+    if err.retry_after_s is not None:
+        headers["Retry-After"] = str(max(1, round(err.retry_after_s)))
+    return JSONResponse(err.body(), status_code=err.status, headers=headers)
+
+
+@api.exception_handler(RequestValidationError)
+async def _invalid(_: Request, err: RequestValidationError) -> JSONResponse:
+    first = err.errors()[0] if err.errors() else {}
+    where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
+    message = f"{where}: {first.get('msg', 'invalid request')}" if where else str(err)
+    return JSONResponse(p.error_body(message, "invalid_request_error", where or None), 400)
+
+
+class Ingress:
+    def __init__(self, config: dict, hot, cold) -> None:
+        from transformers import AutoTokenizer
+
+        from serving.models import resolve_model_dir, served_name_for
+
+        self.config = AppConfig.from_args(config)
+        self.handles = {"hot": hot, "cold": cold}
+        self.available = {"hot": False, "cold": False}  # until the watcher sees them running
+        model_dir = resolve_model_dir(self.config.model.source)
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self.model_name = self.config.model.served_name or served_name_for(self.config.model.source)
+        key_env = self.config.server.api_key_env
+        self.api_key = os.environ.get(key_env) if key_env else None
+        if key_env and not self.api_key:
+            raise ValueError(f"server.api_key_env={key_env!r} names an unset environment variable")
+        self.fingerprint = self.config.replica_fingerprint()
+        self.verified: dict[str, bool] = {}
+        self.app_name = _app_name()
+        self._watcher: asyncio.Task | None = None
+
+    # ----- pools ---------------------------------------------------------------------------------
+    async def _watch_pools(self, period_s: float = 2.0) -> None:
+        """Keep `available` true only for pools with a running replica of our configuration.
+
+        A pool with no running replica would park requests until one appears, so it is skipped;
+        a pool whose replicas report another config fingerprint is refused outright (R9).
+        """
+        while True:
+            await asyncio.sleep(period_s)
+            await self._poll_pools()
+
+    async def _poll_pools(self) -> None:
+        try:
+            counts = await asyncio.to_thread(pool_replica_counts, self.app_name)
+            for pool in self.handles:
+                ok = counts.get(pool, 0) > 0 and await self._fingerprint_ok(pool)
+                self.available[pool] = ok
+        except Exception as err:  # the controller may be restarting; keep the last view
+            log.warning("pool status poll failed: %s", err)
+
+    async def _fingerprint_ok(self, pool: str) -> bool:
+        if pool not in self.verified:
+            theirs = await asyncio.wait_for(self.handles[pool].fingerprint.remote(), 30)
+            self.verified[pool] = theirs == self.fingerprint
+            if not self.verified[pool]:
+                log.error(
+                    "%s replicas run config %s, ingress has %s: not routing to them",
+                    pool,
+                    theirs[:12],
+                    self.fingerprint[:12],
+                )
+        return self.verified[pool]
+
+    async def ensure_watching(self) -> None:
+        """The first request waits for one poll, so a fresh ingress does not answer 503."""
+        if self._watcher is None or self._watcher.done():
+            await self._poll_pools()
+            self._watcher = asyncio.get_running_loop().create_task(self._watch_pools())
+
+    # ----- shared request path ----------------------------------------------------------------
+    def _tier(self, body_priority: str | None, header: str | None) -> str:
+        tier = body_priority or header or "interactive"
+        if tier not in p.TIERS:
+            raise p.ApiError(
+                400, f"priority={tier!r} is not one of {list(p.TIERS)}", param="priority"
+            )
+        return tier
+
+    def _params(self, req: p._SamplingFields, num_prompt_tokens: int) -> dict:
+        srv = self.config.server
+        limit = self.config.engine.max_model_len
+        max_tokens = req.requested_max_tokens()
+        if max_tokens is None:
+            room = (limit - num_prompt_tokens) if limit else srv.default_max_tokens
+            max_tokens = max(1, min(srv.default_max_tokens, room))
+        elif max_tokens > srv.max_tokens_limit:
+            raise p.ApiError(
+                400,
+                f"max_tokens={max_tokens} is out of range; allowed: 1 <= "
+                f"max_tokens <= {srv.max_tokens_limit}",
+                param="max_tokens",
+            )
+        return {
+            "max_tokens": max_tokens,
+            "temperature": req.temperature,
+            "top_p": req.top_p,
+            "top_k": req.top_k,
+            "seed": req.seed,
+            "ignore_eos": req.ignore_eos,
+        }
+
+    async def _open(self, prompt_ids: list[int], params: dict, tier: str) -> OpenStream:
+        await self.ensure_watching()
+        request = {
+            "prompt_token_ids": prompt_ids,
+            "params": params,
+            "tier": tier,
+            "request_id": p.new_id("req"),
+        }
+        return await open_stream(
+            self.handles, self.available, request, self.config.server.retry_after_s
+        )
+
+    async def _relay(self, opened: OpenStream, stops: list[str]) -> AsyncIterator[dict]:
+        """Replica deltas with stop strings applied; cancels the replica stream on exit."""
+        cut = StopStrings(stops)
+        try:
+            item = opened.first
+            while True:
+                text = cut.feed(item["text"], item["finished"])
+                if cut.stopped:
+                    yield {**item, "text": text, "finished": True, "finish_reason": "stop"}
+                    return
+                yield {**item, "text": text}
+                if item["finished"]:
+                    return
+                item = await opened.rest.__anext__()
+        finally:
+            opened.cancel()  # client gone or stop string hit: free the replica's KV now
+
+    def _encode_prompt(self, prompt: str | list[int]) -> list[int]:
+        if isinstance(prompt, str):
+            return list(self.tokenizer(prompt).input_ids)
+        return list(prompt)
+
+    def _encode_chat(self, messages: list[p.ChatMessage]) -> list[int]:
+        turns = [{"role": m.role, "content": m.text()} for m in messages]
+        text = self.tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=False)
+        return list(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    # ----- handle API (other Ray apps) ------------------------------------------------------------
+    async def generate(
+        self,
+        prompt: str | list[int],
+        max_tokens: int | None = None,
+        priority: str = "interactive",
+        **sampling,
+    ) -> dict:
+        """One completion; returns text, token ids, finish reason, usage and the pool used."""
+        parts = [d async for d in self.generate_stream(prompt, max_tokens, priority, **sampling)]
+        last = parts[-1]
+        return {
+            "text": "".join(d["text"] for d in parts),
+            "token_ids": [t for d in parts for t in d["token_ids"]],
+            "finish_reason": last["finish_reason"],
+            "usage": p.usage(last["num_prompt_tokens"], last["num_output_tokens"]),
+            "pool": last["pool"],
+        }
+
+    async def generate_stream(
+        self,
+        prompt: str | list[int],
+        max_tokens: int | None = None,
+        priority: str = "interactive",
+        **sampling,
+    ) -> AsyncIterator[dict]:
+        req = p.CompletionRequest(
+            prompt=prompt, max_tokens=max_tokens, priority=priority, **sampling
+        )
+        ids = self._encode_prompt(req.prompt)
+        opened = await self._open(ids, self._params(req, len(ids)), req.priority)
+        async for item in self._relay(opened, req.stop):
+            yield {
+                k: item[k]
+                for k in (
+                    "text",
+                    "token_ids",
+                    "finished",
+                    "finish_reason",
+                    "num_prompt_tokens",
+                    "num_output_tokens",
+                    "pool",
+                )
+            }
+
+
+def check_api_key(ingress: Ingress, request: Request) -> None:
+    if ingress.api_key is None:
+        return
+    given = request.headers.get("authorization", "")
+    token = given.removeprefix("Bearer ").strip()
+    if not hmac.compare_digest(token.encode(), ingress.api_key.encode()):
+        raise p.ApiError(
+            401,
+            "invalid or missing API key (Authorization: Bearer ...)",
+            type_="authentication_error",
+            code="invalid_api_key",
+        )
+
+
+async def read_json(ingress: Ingress, request: Request) -> dict:
+    """The body, size-capped before parsing; malformed JSON is a 400, not a 500."""
+    cap = ingress.config.server.max_body_bytes
+    declared = int(request.headers.get("content-length") or 0)
+    if declared > cap:
+        raise p.ApiError(413, f"request body of {declared} bytes exceeds the {cap}-byte limit")
+    raw = await request.body()
+    if len(raw) > cap:
+        raise p.ApiError(413, f"request body of {len(raw)} bytes exceeds the {cap}-byte limit")
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise p.ApiError(400, f"body is not valid JSON: {err}") from None
+    if not isinstance(body, dict):
+        raise p.ApiError(400, "body must be a JSON object")
+    return body
+
+
+def sse(obj: dict | str) -> str:
+    return f"data: {obj if isinstance(obj, str) else json.dumps(obj)}\n\n"
+
+
+def validate(model: type, body: dict):
+    """Pydantic validation with the first problem as an OpenAI 400 naming the field."""
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(body)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        msg = first["msg"].removeprefix("Value error, ")
+        raise p.ApiError(400, f"{where}: {msg}" if where else msg, param=where or None) from None
+
+
+def pool_replica_counts(app_name: str) -> dict[str, int]:
+    """Running replicas per deployment of this app, from the Serve controller."""
+    from ray import serve
+
+    app = serve.status().applications.get(app_name)
+    if app is None:
+        return {}
+    return {
+        name: sum(n for state, n in dep.replica_states.items() if str(state).endswith("RUNNING"))
+        for name, dep in app.deployments.items()
+    }
+
+
+def _app_name() -> str:
+    from ray import serve
+
+    try:
+        return serve.get_replica_context().app_name
+    except Exception:  # constructed outside a replica (unit tests)
+        return "tideserve"
+
+
+def now_s() -> int:
+    return int(time.time())
+
+
+__all__ = ["Ingress", "api", "check_api_key", "now_s", "read_json", "sse", "validate"]

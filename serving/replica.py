@@ -1,0 +1,140 @@
+"""ModelReplica: one engine per replica; the hot and cold groups are this one class, one config.
+
+Ready means warmed up (R10): the constructor loads weights and runs a self-check generation
+before it returns, and Serve only routes to replicas whose constructor finished. check_health
+fails once the engine loop has died. Scale-down drains: Serve stops routing new requests to a
+replica it is stopping and waits up to graceful_shutdown_timeout_s for in-flight streams.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from serving.admission import admit
+from serving.config import AppConfig
+from serving.engine import LLMEngine, RequestTimeoutError, SamplingParams
+
+log = logging.getLogger("ray.serve")
+
+SELF_CHECK_PROMPT = "The capital of France is"
+
+
+class ModelReplica:
+    def __init__(self, config: dict, pool: str) -> None:
+        import torch
+
+        from serving.metrics import ReplicaMetrics
+        from serving.models import resolve_model_dir
+
+        self.config = AppConfig.from_args(config)
+        self.pool = pool
+        torch.set_num_threads(self.config.replica.torch_threads)
+        started = time.monotonic()
+        path = resolve_model_dir(self.config.model.source)
+        self.engine = LLMEngine.from_pretrained(path, self.config.engine)
+        self.self_check()
+        self.warmup_s = time.monotonic() - started
+        self.metrics = ReplicaMetrics(pool)
+        log.info("%s replica ready in %.1f s (model %s)", pool, self.warmup_s, path)
+
+    def self_check(self) -> None:
+        """Generate a few tokens end to end; a replica that cannot is never marked ready."""
+        params = SamplingParams(max_tokens=self.config.replica.warmup_max_tokens, temperature=0)
+        (out,) = self.engine.generate([SELF_CHECK_PROMPT], params)
+        if not out.token_ids or out.finish_reason not in ("stop", "length"):
+            raise RuntimeError(f"self-check generation failed: {out}")
+        self.engine.check_integrity()
+
+    # ----- control plane -------------------------------------------------------------------
+    def fingerprint(self) -> str:
+        return self.config.replica_fingerprint()
+
+    def info(self) -> dict:
+        stats = self.engine.stats()
+        return {
+            "pool": self.pool,
+            "fingerprint": self.fingerprint(),
+            "warmup_s": self.warmup_s,
+            "max_model_len": self.engine.max_model_len,
+            "kv_blocks_total": stats.num_kv_blocks_total,
+            "kv_blocks_used": stats.num_kv_blocks_used,
+            "kv_blocks_reserved": stats.num_kv_blocks_reserved,
+            "running": stats.num_running,
+            "waiting": stats.num_waiting,
+        }
+
+    async def check_health(self) -> None:
+        if not self.engine.loop_alive:
+            raise RuntimeError("engine loop died; replace this replica")
+
+    def record_routing_stats(self) -> dict:
+        from serving.routing import routing_stats_from_engine
+
+        stats = self.engine.stats()
+        self.metrics.update_engine(stats, self._avg_seq_len())
+        return routing_stats_from_engine(stats, queued_tokens=self._queued_tokens())
+
+    def _queued_tokens(self) -> int:
+        return sum(s.num_prompt_tokens for q in self.engine.scheduler.waiting.values() for s in q)
+
+    def _avg_seq_len(self) -> float:
+        running = list(self.engine.scheduler.running)
+        return sum(s.num_tokens for s in running) / len(running) if running else 0.0
+
+    # ----- data plane ------------------------------------------------------------------------
+    async def generate_stream(self, request: dict) -> AsyncIterator[dict]:
+        """Yield {"type": "refused"|"error"|"delta", ...}; the first item decides the status."""
+        tier = request.get("tier", "interactive")
+        tier_cfg = self.config.tiers[tier]
+        decision = admit(
+            self.engine.stats(),
+            tier,
+            tier_cfg.ttft_p99_s,
+            tier_cfg.max_waiting,
+            self.config.engine.offline_idle_fraction,
+            self.config.server.retry_after_s,
+        )
+        if not decision.admitted:
+            yield {
+                "type": "refused",
+                "reason": f"{self.pool}: {decision.reason}",
+                "retry_after_s": decision.retry_after_s,
+            }
+            return
+        arrived = time.monotonic()
+        first_s = None
+        try:
+            stream = self.engine.stream(
+                request["prompt_token_ids"],
+                SamplingParams(**request["params"]),
+                tier=tier,
+                request_id=request.get("request_id"),
+                timeout_s=request.get("timeout_s", tier_cfg.max_queue_wait_s),
+            )
+            async for delta in stream:
+                if first_s is None:
+                    first_s = time.monotonic() - arrived
+                yield {
+                    "type": "delta",
+                    "text": delta.text,
+                    "token_ids": delta.token_ids,
+                    "finished": delta.finished,
+                    "finish_reason": delta.finish_reason,
+                    "num_prompt_tokens": delta.num_prompt_tokens,
+                    "num_output_tokens": delta.num_output_tokens,
+                    "pool": self.pool,
+                }
+        except ValueError as err:  # the engine refused the request as it is (too long, ...)
+            yield {"type": "error", "status": 400, "message": str(err)}
+            return
+        except RequestTimeoutError as err:
+            yield {
+                "type": "refused",
+                "reason": str(err),
+                "retry_after_s": self.config.server.retry_after_s,
+            }
+            return
+        if first_s is not None:
+            self.metrics.observe_request(tier, first_s, time.monotonic() - arrived, None)

@@ -1,0 +1,243 @@
+"""The Serve application end to end on a real local Ray cluster, over real HTTP on 127.0.0.1.
+
+A tiny random-weight model directory stands in for the embedded model, so replicas start in
+seconds; everything else is what `serve run cluster.yaml` deploys.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+
+import httpx
+import pytest
+
+from serving.testing import save_tiny_model_dir
+
+pytestmark = pytest.mark.integration
+
+APP = "tideserve"
+
+
+def app_args(model_dir, **overrides) -> dict:
+    args = {
+        "model": {"source": str(model_dir), "served_name": "tiny"},
+        "engine": {
+            "kv_cache_bytes": 8 * 2**20,
+            "max_model_len": 512,
+            "block_size_tokens": 16,
+            "max_num_seqs": 16,
+            "min_num_seqs": 4,
+        },
+        "pools": {
+            "hot": {"num_replicas": 1},
+            "cold": {"min_replicas": 0, "max_replicas": 2, "initial_replicas": 1},
+        },
+        "replica": {
+            "num_cpus": 0,
+            "torch_threads": 1,
+            "graceful_shutdown_timeout_s": 20,
+            "health_check_period_s": 2,
+        },
+    }
+    for section, values in overrides.items():
+        args.setdefault(section, {}).update(values)
+    return args
+
+
+def deploy(args, name=APP, route_prefix="/"):
+    from ray import serve
+
+    from serving.app import build_app
+
+    serve.run(build_app(args), name=name, route_prefix=route_prefix, blocking=False)
+    wait_ready(name)
+
+
+def wait_ready(name: str, timeout_s: float = 180.0) -> None:
+    """Running, and the ingress sees both pools (its watcher polls every 2 s)."""
+    from ray import serve
+
+    handle = serve.get_app_handle(name)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = serve.status().applications.get(name)
+        if status is not None and str(status.status).endswith("RUNNING"):
+            try:
+                handle.generate.remote("warm", max_tokens=1).result(timeout_s=30)
+                return
+            except Exception:
+                pass
+        time.sleep(1.0)
+    raise TimeoutError(f"app {name} not ready after {timeout_s} s: {serve.status()}")
+
+
+@pytest.fixture(scope="module")
+def served(ray_cluster, tmp_path_factory):
+    from ray import serve
+
+    model_dir = save_tiny_model_dir(tmp_path_factory.mktemp("m") / "tiny", arch="qwen2", seed=7)
+    port = 18431
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    deploy(app_args(model_dir))
+    yield {"base": f"http://127.0.0.1:{port}", "model_dir": model_dir, "port": port}
+    serve.shutdown()
+
+
+def test_openai_sdk_completions_and_chat_validate_strictly(served):
+    from openai import OpenAI
+    from openai.types import Completion
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+    client = OpenAI(base_url=served["base"] + "/v1", api_key="unused", max_retries=0)
+    assert [m.id for m in client.models.list().data] == ["tiny"]
+
+    comp = client.completions.create(
+        model="tiny", prompt="def main():", max_tokens=8, temperature=0
+    )
+    Completion.model_validate(comp.model_dump(), strict=True)
+    assert comp.usage.completion_tokens == len(comp.choices[0].text) or comp.usage.completion_tokens
+    assert comp.choices[0].finish_reason in ("stop", "length")
+
+    chat = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=6, temperature=0
+    )
+    ChatCompletion.model_validate(chat.model_dump(), strict=True)
+    assert chat.choices[0].message.role == "assistant"
+
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+            max_tokens=6,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    for c in chunks:
+        ChatCompletionChunk.model_validate(c.model_dump(), strict=True)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == chat.choices[0].message.content  # greedy: stream equals non-stream
+    assert (
+        chunks[-1].choices == []
+        and chunks[-1].usage.completion_tokens == chat.usage.completion_tokens
+    )
+
+
+def test_sse_framing_and_done(served):
+    body = {
+        "model": "tiny",
+        "prompt": "import os",
+        "max_tokens": 5,
+        "temperature": 0,
+        "stream": True,
+    }
+    with httpx.stream("POST", served["base"] + "/v1/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200
+        raw = "".join(r.iter_text())
+    frames = [f for f in raw.split("\n\n") if f]
+    assert all(f.startswith("data: ") for f in frames)
+    assert frames[-1] == "data: [DONE]"
+    last = json.loads(frames[-2].removeprefix("data: "))
+    assert last["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "needle"),
+    [
+        ({"model": "tiny", "prompt": "x", "max_tokens": -1}, 400, "max_tokens"),
+        ({"model": "tiny", "prompt": "x", "temperature": 9}, 400, "temperature"),
+        ({"model": "tiny", "prompt": "x", "n": 3}, 400, "n=3"),
+        ({"model": "nope", "prompt": "x"}, 404, "does not exist"),
+        ({"model": "tiny", "prompt": "x " * 600, "max_tokens": 8}, 400, "max_model_len"),
+        ({"model": "tiny"}, 400, "prompt"),
+        ({"model": "tiny", "prompt": "x", "priority": "urgent"}, 400, "priority"),
+    ],
+)
+def test_bad_input_gets_openai_error_body(served, body, status, needle):
+    r = httpx.post(served["base"] + "/v1/completions", json=body, timeout=30)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert needle in err["message"] and err["type"]
+
+
+def test_malformed_json_is_a_400(served):
+    r = httpx.post(
+        served["base"] + "/v1/chat/completions",
+        content=b"{not json",
+        headers={"content-type": "application/json"},
+        timeout=30,
+    )
+    assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+
+
+def test_handle_call_from_a_second_driver(served):
+    script = textwrap.dedent(f"""
+        import json, ray
+        from ray import serve
+        ray.init(address="auto", log_to_driver=False)
+        h = serve.get_app_handle("{APP}")
+        out = h.generate.remote("def main():", max_tokens=6, priority="analytical",
+                                temperature=0).result(timeout_s=60)
+        parts = list(h.options(stream=True).generate_stream.remote("def main():", max_tokens=6,
+                     temperature=0))
+        print(json.dumps({{"out": out, "stream_text": "".join(p["text"] for p in parts)}}))
+    """)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["out"]["pool"] == "cold"  # analytical goes to the cold pool first
+    assert result["out"]["usage"]["completion_tokens"] >= 1
+    assert result["stream_text"] == result["out"]["text"]
+
+
+def test_interactive_overflows_to_cold_then_429_when_all_full(served):
+    from ray import serve
+
+    # Hot takes at most one waiting interactive request; a burst must overflow to cold.
+    deploy(
+        app_args(
+            served["model_dir"],
+            tiers={"interactive": {"max_waiting": 1}},
+            engine={
+                "kv_cache_bytes": 8 * 2**20,
+                "max_model_len": 512,
+                "max_num_seqs": 1,
+                "min_num_seqs": 1,
+            },
+        ),
+        name="overflow",
+        route_prefix="/overflow",
+    )
+    handle = serve.get_app_handle("overflow")
+    responses = [
+        handle.generate.remote("x", max_tokens=40, temperature=0, ignore_eos=True) for _ in range(8)
+    ]
+    pools, refused = [], 0
+    for resp in responses:
+        try:
+            pools.append(resp.result(timeout_s=120)["pool"])
+        except Exception as err:  # the burst may exceed both pools: that is a 429
+            assert "saturated" in str(err)
+            refused += 1
+    assert "hot" in pools and "cold" in pools
+    # Over HTTP, a burst larger than both pools gets 429 with Retry-After.
+    url = served["base"] + "/overflow/v1/completions"
+    body = {"model": "tiny", "prompt": "x", "max_tokens": 60, "ignore_eos": True}
+    with httpx.Client(timeout=120) as c:
+        import concurrent.futures as cf
+
+        with cf.ThreadPoolExecutor(12) as pool:
+            results = list(pool.map(lambda _: c.post(url, json=body), range(12)))
+    codes = [r.status_code for r in results]
+    assert 429 in codes and 200 in codes, codes
+    too_many = next(r for r in results if r.status_code == 429)
+    assert int(too_many.headers["retry-after"]) >= 1
+    assert too_many.json()["error"]["code"] == "rate_limit_exceeded"
+    serve.delete("overflow")
