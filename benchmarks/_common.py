@@ -215,3 +215,79 @@ def write_json(path: str, obj: dict) -> None:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+# ----- online (streaming) clients: closed-loop driving and per-process CPU accounting ----------
+@dataclass
+class Mark:
+    """One streamed request's timing: call token() when a chunk with new tokens arrives."""
+
+    start: float
+    first: float | None = None
+
+    def token(self) -> None:
+        if self.first is None:
+            self.first = time.perf_counter()
+
+
+async def closed_loop(name: str, reqs: list[Request], one, concurrency: int) -> RunResult:
+    """Run every request through `await one(req, mark) -> tokens generated`, `concurrency` in
+    flight (the next starts when one ends). Latency and TTFT are from each request's own start.
+    Raises if any request generated other than its max_new_tokens."""
+    import asyncio
+
+    sem, n = asyncio.Semaphore(concurrency), len(reqs)
+    lat, ttft, counts = [0.0] * n, [0.0] * n, [0] * n
+
+    async def task(i: int, req: Request) -> None:
+        async with sem:
+            mark = Mark(time.perf_counter())
+            counts[i] = await one(req, mark)
+            end = time.perf_counter()
+            lat[i], ttft[i] = end - mark.start, (mark.first or end) - mark.start
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(task(i, r) for i, r in enumerate(reqs)))
+    wall = time.perf_counter() - t0
+    for i, r in enumerate(reqs):
+        if counts[i] != r.max_new_tokens:
+            raise RuntimeError(f"{name}: request {i} got {counts[i]}/{r.max_new_tokens} tokens")
+    return RunResult(name, wall, sum(counts), lat, ttft)
+
+
+def process_role(cmdline: list[str], is_self: bool) -> str:
+    """A Ray process's role from its title: replica_<deployment>, proxy, controller, raylet..."""
+    if is_self:
+        return "client"
+    cmd = " ".join(cmdline)
+    if "ServeReplica:" in cmd:  # "ray::ServeReplica:<app>:<deployment>[.<method>]"
+        return "replica_" + cmd.split("ServeReplica:", 1)[1].split(":")[1].split(".")[0].strip()
+    roles = {"ProxyActor": "proxy", "ServeController": "controller"}
+    roles |= {"gcs_server": "gcs_server", "raylet": "raylet"}
+    return next((role for key, role in roles.items() if key in cmd), "ray_other")
+
+
+def cpu_snapshot() -> dict[str, float]:
+    """CPU seconds so far of this process and its descendants (a local Ray cluster's), by role;
+    `_machine` is the whole machine's busy CPU seconds."""
+    import psutil
+
+    me = psutil.Process()
+    out: dict[str, float] = {}
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            role, t = process_role(proc.cmdline(), proc.pid == me.pid), proc.cpu_times()
+        except psutil.Error:  # exited meanwhile
+            continue
+        out[role] = out.get(role, 0.0) + t.user + t.system
+    m = psutil.cpu_times()
+    out["_machine"] = sum(m) - m.idle - getattr(m, "iowait", 0.0)
+    return out
+
+
+def cpu_used(before: dict[str, float], after: dict[str, float]) -> tuple[dict[str, float], float]:
+    """CPU seconds per role between two snapshots (largest first), and the machine's busy
+    seconds outside those processes (other jobs on the machine)."""
+    used = {k: round(v - before.get(k, 0.0), 2) for k, v in after.items() if k != "_machine"}
+    foreign = after["_machine"] - before["_machine"] - sum(used.values())
+    return dict(sorted(used.items(), key=lambda kv: -kv[1])), round(foreign, 2)

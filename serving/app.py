@@ -36,17 +36,31 @@ def _replica_options(cfg: AppConfig, pool: str, num_replicas: int, resources: di
     )
 
 
+def _cold_options(cfg: AppConfig) -> dict:
+    cold = cfg.pools.cold
+    options = _replica_options(cfg, "cold", cold.initial_replicas, cold.resources)
+    if cold.initial_replicas == 0:
+        # Serve refuses a fixed num_replicas of 0; an autoscaling range starting at 0 expresses
+        # "no cold replica yet". The ingress sends nothing to an empty pool, so Serve's reactive
+        # autoscaler sees no load and leaves it at 0 until the forecast controller scales it.
+        del options["num_replicas"]
+        options["autoscaling_config"] = {
+            "min_replicas": 0,
+            "initial_replicas": 0,
+            "max_replicas": max(cold.max_replicas, 1),
+        }
+    return options
+
+
 def build_app(args: dict | None = None):
     """Build the application from our section of cluster.yaml (validated strictly)."""
     cfg = AppConfig.from_args(args)
-    shared = cfg.to_dict()  # the one config both groups (and the ingress) are built from
+    shared = cfg.replica_args()  # the one config both groups (and the ingress) are built from
     replica = serve.deployment(ModelReplica)
     hot = replica.options(
         **_replica_options(cfg, "hot", cfg.pools.hot.num_replicas, cfg.pools.hot.resources)
     ).bind(shared, "hot")
-    cold = replica.options(
-        **_replica_options(cfg, "cold", cfg.pools.cold.initial_replicas, cfg.pools.cold.resources)
-    ).bind(shared, "cold")
+    cold = replica.options(**_cold_options(cfg)).bind(shared, "cold")
     ingress = serve.deployment(HttpIngress).options(
         name="ingress", num_replicas=1, ray_actor_options={"num_cpus": 0}
     )

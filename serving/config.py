@@ -96,11 +96,18 @@ class AppConfig:
         """A plain JSON-able dict with every value spelled out; from_args(to_dict()) == self."""
         return _plain(self)
 
+    def replica_args(self) -> dict[str, Any]:
+        """The sections every replica (and the ingress) is built from, and nothing else.
+
+        Pool sizes and controller settings stay out, so resizing a pool changes only the
+        deployment's num_replicas: Serve then adds or drains replicas instead of restarting all.
+        """
+        plain = self.to_dict()
+        return {name: plain[name] for name in REPLICA_SECTIONS}
+
     def replica_fingerprint(self) -> str:
         """sha256 of the canonical JSON of the sections hot and cold replicas must share (R9)."""
-        plain = self.to_dict()
-        shared = {name: plain[name] for name in REPLICA_SECTIONS}
-        canonical = json.dumps(shared, sort_keys=True, separators=(",", ":"))
+        canonical = json.dumps(self.replica_args(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
     def __reduce__(self):  # pickled through its dict: MappingProxyType does not pickle

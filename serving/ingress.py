@@ -51,7 +51,9 @@ class Ingress:
 
         self.config = AppConfig.from_args(config)
         self.handles = {"hot": hot, "cold": cold}
-        self.available = {"hot": False, "cold": False}  # until the watcher sees them running
+        # Hot always has >= 1 replica (config-enforced), so requests may wait on Serve's queue
+        # for it; cold may have none, and is used only once the watcher has seen it running.
+        self.available = {"hot": True, "cold": False}
         model_dir = resolve_model_dir(self.config.model.source)
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         self.model_name = self.config.model.served_name or served_name_for(self.config.model.source)
@@ -66,11 +68,9 @@ class Ingress:
 
     # ----- pools ---------------------------------------------------------------------------------
     async def _watch_pools(self, period_s: float = 2.0) -> None:
-        """Keep `available` true only for pools with a running replica of our configuration.
-
-        A pool with no running replica would park requests until one appears, so it is skipped;
-        a pool whose replicas report another config fingerprint is refused outright (R9).
-        """
+        """Keep `available` in step with the pools: cold is used only while it has a running
+        replica (an empty pool would park requests until one appears); either pool is refused
+        outright if its replicas report another config fingerprint than the ingress's (R9)."""
         while True:
             await asyncio.sleep(period_s)
             await self._poll_pools()
@@ -79,7 +79,10 @@ class Ingress:
         try:
             counts = await asyncio.to_thread(pool_replica_counts, self.app_name)
             for pool in self.handles:
-                ok = counts.get(pool, 0) > 0 and await self._fingerprint_ok(pool)
+                if pool not in counts:  # mid-deploy the status may omit it: keep the last view
+                    continue
+                running = counts[pool] > 0
+                ok = await self._fingerprint_ok(pool) if running else pool == "hot"
                 self.available[pool] = ok
         except Exception as err:  # the controller may be restarting; keep the last view
             log.warning("pool status poll failed: %s", err)

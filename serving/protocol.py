@@ -39,6 +39,19 @@ class ApiError(Exception):
     def body(self) -> dict:
         return error_body(self.message, self.type, self.param, self.code)
 
+    def __reduce__(self):  # crosses Ray process boundaries to handle callers intact
+        kwargs = dict(
+            type_=self.type, param=self.param, code=self.code, retry_after_s=self.retry_after_s
+        )
+        return (_rebuild_api_error, (self.status, self.message, kwargs))
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.type}: {self.message}"
+
+
+def _rebuild_api_error(status: int, message: str, kwargs: dict) -> ApiError:
+    return ApiError(status, message, **kwargs)
+
 
 def error_body(message: str, type_: str, param: str | None = None, code: str | None = None):
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}

@@ -241,3 +241,62 @@ def test_interactive_overflows_to_cold_then_429_when_all_full(served):
     assert int(too_many.headers["retry-after"]) >= 1
     assert too_many.json()["error"]["code"] == "rate_limit_exceeded"
     serve.delete("overflow")
+
+
+def test_scale_down_under_load_fails_no_request(served):
+    """R9: scale-down stops new traffic, lets in-flight requests finish, then releases."""
+    import threading
+
+    from ray import serve
+
+    two_hot = {
+        "hot": {"num_replicas": 2},
+        "cold": {"min_replicas": 0, "max_replicas": 1, "initial_replicas": 0},
+    }
+    deploy(
+        app_args(served["model_dir"], pools=two_hot), name="scaledown", route_prefix="/scaledown"
+    )
+    handle = serve.get_app_handle("scaledown")
+    results: list[str] = []
+    stop = threading.Event()
+
+    def client() -> None:
+        while not stop.is_set():
+            try:
+                out = handle.generate.remote(
+                    "x", max_tokens=30, temperature=0, ignore_eos=True
+                ).result(timeout_s=120)
+                results.append(out["finish_reason"])
+            except Exception as err:  # recorded, and the test fails on it below
+                results.append(f"FAILED: {err!r}"[:300])
+
+    threads = [threading.Thread(target=client) for _ in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(3)
+    one_hot = {**two_hot, "hot": {"num_replicas": 1}}
+    from serving.app import build_app
+
+    serve.run(
+        build_app(app_args(served["model_dir"], pools=one_hot)),
+        name="scaledown",
+        route_prefix="/scaledown",
+        blocking=False,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        dep = serve.status().applications["scaledown"].deployments["hot"]
+        if dep.replica_states.get("RUNNING") == 1 and sum(dep.replica_states.values()) == 1:
+            break
+        time.sleep(0.5)
+    time.sleep(2)
+    stop.set()
+    for t in threads:
+        t.join(timeout=150)
+    failures = [r for r in results if r.startswith("FAILED")]
+    assert len(results) >= 8, results
+    assert not failures, failures[:3]
+    assert serve.status().applications["scaledown"].deployments["hot"].replica_states == {
+        "RUNNING": 1
+    }
+    serve.delete("scaledown")
