@@ -1,0 +1,58 @@
+"""Replica admission (serving/admission.py): refuse rather than queue without bound."""
+
+from __future__ import annotations
+
+from serving.admission import admit
+from serving.engine import EngineStats
+
+
+def stats(waiting=None, running=None, used=0, reserved=0, limit=8, wait_p50=0.0) -> EngineStats:
+    zero = {"interactive": 0, "analytical": 0, "offline": 0}
+    return EngineStats(
+        running_by_tier={**zero, **(running or {})},
+        waiting_by_tier={**zero, **(waiting or {})},
+        num_kv_blocks_total=100,
+        num_kv_blocks_used=used,
+        num_kv_blocks_reserved=reserved,
+        block_size_tokens=16,
+        concurrency_limit=limit,
+        tokens_per_s=0.0,
+        queue_wait_p50_s=wait_p50,
+        queue_wait_p99_s=wait_p50,
+        num_preemptions=0,
+        num_finished=0,
+        num_timeouts=0,
+    )
+
+
+def decide(s, tier="interactive", ttft=1.0, max_waiting=4, idle=0.5):
+    return admit(s, tier, ttft, max_waiting, idle, retry_after_s=2.0)
+
+
+def test_idle_replica_admits():
+    assert decide(stats()).admitted
+
+
+def test_full_tier_queue_refuses_with_retry_after():
+    d = decide(stats(waiting={"interactive": 4}))
+    assert not d.admitted and "interactive queue full (4 waiting)" in d.reason
+    assert d.retry_after_s == 2.0
+    assert decide(stats(waiting={"analytical": 4})).admitted  # other tiers' queues don't count
+
+
+def test_queue_wait_beyond_half_the_ttft_slo_refuses_only_while_a_queue_exists():
+    busy = stats(waiting={"analytical": 1}, wait_p50=0.6)
+    d = decide(busy, ttft=1.0)
+    assert not d.admitted and "exceeds half the interactive TTFT SLO" in d.reason
+    assert decide(busy, ttft=2.0).admitted  # 0.6 s < 1.0 s
+    # A stale slow wait from an earlier burst does not refuse once the queue has drained.
+    assert decide(stats(wait_p50=5.0, running={"interactive": 2})).admitted
+    # At the concurrency limit with no queue yet, the next request would wait: refuse.
+    assert not decide(stats(wait_p50=5.0, running={"interactive": 8})).admitted
+
+
+def test_offline_needs_idle_kv_headroom():
+    assert decide(stats(reserved=40), tier="offline").admitted
+    d = decide(stats(reserved=50), tier="offline")
+    assert not d.admitted and "no idle KV headroom" in d.reason and d.retry_after_s >= 10
+    assert decide(stats(reserved=90), tier="interactive").admitted

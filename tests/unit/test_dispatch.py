@@ -1,0 +1,133 @@
+"""Pool order with failover and stop strings (serving/dispatch.py), with fake handles."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from serving.dispatch import StopStrings, open_stream
+from serving.protocol import ApiError
+
+
+class FakeStream:
+    def __init__(self, items):
+        self.items = list(items)
+        self.cancelled = False
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        if not self.items:
+            raise StopAsyncIteration
+        return self.items.pop(0)
+
+    def cancel(self):
+        self.cancelled = True
+
+
+class FakeHandle:
+    """Mimics handle.options(stream=True).generate_stream.remote(request)."""
+
+    def __init__(self, items):
+        self.items = items
+        self.calls = 0
+
+    def options(self, stream):
+        assert stream is True
+        return self
+
+    @property
+    def generate_stream(self):
+        return self
+
+    def remote(self, request):
+        self.calls += 1
+        return FakeStream(self.items)
+
+
+DELTA = {"type": "delta", "text": "a", "finished": True}
+REFUSED = {"type": "refused", "reason": "queue full", "retry_after_s": 3.0}
+
+
+def run(handles, tier, available=None):
+    available = available or {"hot": True, "cold": True}
+    return asyncio.run(open_stream(handles, available, {"tier": tier}, 2.0))
+
+
+def test_interactive_prefers_hot_and_overflows_to_cold():
+    hot, cold = FakeHandle([DELTA]), FakeHandle([DELTA])
+    assert run({"hot": hot, "cold": cold}, "interactive").pool == "hot"
+    hot_full = FakeHandle([REFUSED])
+    opened = run({"hot": hot_full, "cold": cold}, "interactive")
+    assert opened.pool == "cold" and hot_full.calls == 1
+
+
+def test_analytical_and_offline_prefer_cold():
+    for tier in ("analytical", "offline"):
+        assert run({"hot": FakeHandle([DELTA]), "cold": FakeHandle([DELTA])}, tier).pool == "cold"
+
+
+def test_unavailable_pool_is_skipped():
+    cold = FakeHandle([DELTA])
+    opened = run(
+        {"hot": FakeHandle([DELTA]), "cold": cold}, "analytical", {"hot": True, "cold": False}
+    )
+    assert opened.pool == "hot" and cold.calls == 0
+
+
+def test_every_pool_refusing_is_a_429_with_the_longest_retry_after():
+    with pytest.raises(ApiError) as err:
+        run({"hot": FakeHandle([REFUSED]), "cold": FakeHandle([REFUSED])}, "interactive")
+    assert err.value.status == 429 and err.value.retry_after_s == 3.0
+    assert err.value.code == "rate_limit_exceeded" and "queue full" in err.value.message
+
+
+def test_no_pool_running_is_a_503():
+    with pytest.raises(ApiError) as err:
+        run(
+            {"hot": FakeHandle([DELTA]), "cold": FakeHandle([DELTA])},
+            "interactive",
+            {"hot": False, "cold": False},
+        )
+    assert err.value.status == 503
+
+
+def test_replica_error_is_a_400_without_failover():
+    cold = FakeHandle([DELTA])
+    with pytest.raises(ApiError) as err:
+        run(
+            {
+                "hot": FakeHandle([{"type": "error", "status": 400, "message": "too long"}]),
+                "cold": cold,
+            },
+            "interactive",
+        )
+    assert err.value.status == 400 and cold.calls == 0
+
+
+def test_stop_strings_cut_and_hold_back_partial_matches():
+    cut = StopStrings(["END"])
+    assert cut.feed("hello E", final=False) == "hello"  # " E" may still become "END"
+    assert cut.feed("N", final=False) == " "
+    assert not cut.stopped
+    assert cut.feed("D and more", final=False) == ""  # the stop string and all after it go
+    assert cut.stopped
+
+
+def test_stop_string_split_across_deltas():
+    cut = StopStrings(["\n\n"])
+    out = cut.feed("a\n", final=False) + cut.feed("\nb", final=False)
+    assert out == "a" and cut.stopped
+
+
+def test_no_stop_strings_pass_text_through():
+    cut = StopStrings([])
+    assert cut.feed("abc", final=False) == "abc" and not cut.stopped
+
+
+def test_final_flushes_held_text():
+    cut = StopStrings(["xyz"])
+    assert cut.feed("abx", final=False) == "a"
+    assert cut.feed("", final=True) == "bx" and not cut.stopped
