@@ -140,6 +140,7 @@ def run_engine(model_dir: Path, reqs: list[c.Request], concurrency: int) -> tupl
         "params": sum(p.numel() for p in engine.model.parameters()),
         "dtype": str(engine.dtype).removeprefix("torch."),
         "vocab_size": engine.vocab_size,
+        "kv_cache_tokens": engine.pool.num_blocks * engine.pool.block_size_tokens,
     }
 
     async def poll() -> tuple[int, int]:

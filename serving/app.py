@@ -62,7 +62,10 @@ def build_app(args: dict | None = None):
     ).bind(shared, "hot")
     cold = replica.options(**_cold_options(cfg)).bind(shared, "cold")
     ingress = serve.deployment(HttpIngress).options(
-        name="ingress", num_replicas=1, ray_actor_options={"num_cpus": 0}
+        name="ingress",
+        num_replicas=1,
+        ray_actor_options={"num_cpus": 0},
+        max_ongoing_requests=cfg.server.ingress_max_ongoing_requests,
     )
     return ingress.bind(shared, hot, cold)
 

@@ -200,6 +200,9 @@ class ServerSection:
     default_max_tokens: int = 256  # for requests that name no max_tokens
     max_tokens_limit: int = 4096
     retry_after_s: float = 2.0  # Retry-After header on 429/503 answers
+    # Streams the ingress relays at once. It only awaits, so it is cheap; Serve's default of 5
+    # would cap the whole application at 5 concurrent streams. Replicas bound the real queues.
+    ingress_max_ongoing_requests: int = 1024
 
     def __post_init__(self) -> None:
         o = self._owner
@@ -220,6 +223,14 @@ class ServerSection:
             ("max_tokens_limit", self.max_tokens_limit),
         )
         _check_seconds(o, "retry_after_s", self.retry_after_s)
+        check_range(
+            o,
+            "ingress_max_ongoing_requests",
+            self.ingress_max_ongoing_requests,
+            1,
+            None,
+            integer=True,
+        )
 
 
 def _minute_of_day(owner: str, name: str, value: Any) -> int:

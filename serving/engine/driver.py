@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -24,10 +25,41 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class _Stream:
+    """Deltas waiting for one consumer. A consumer that falls behind (a slow client, a Ray
+    streaming hop) finds the steps it missed merged into one delta: fewer, larger messages
+    exactly when the path downstream is the bottleneck, one per token when it keeps up."""
+
     seq: Sequence
-    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    pending: deque = field(default_factory=deque)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
     num_emitted: int = 0
     text: str = ""
+
+    def put(self, item: StreamDelta | BaseException) -> None:
+        last = self.pending[-1] if self.pending else None
+        if isinstance(item, StreamDelta) and isinstance(last, StreamDelta):
+            self.pending[-1] = _merge(last, item)
+        else:
+            self.pending.append(item)
+        self.ready.set()
+
+    async def get(self) -> StreamDelta | BaseException:
+        while not self.pending:
+            self.ready.clear()
+            await self.ready.wait()
+        return self.pending.popleft()
+
+
+def _merge(a: StreamDelta, b: StreamDelta) -> StreamDelta:
+    return StreamDelta(
+        request_id=a.request_id,
+        token_ids=a.token_ids + b.token_ids,
+        text=a.text + b.text,
+        finished=b.finished,
+        finish_reason=b.finish_reason,
+        num_prompt_tokens=b.num_prompt_tokens,
+        num_output_tokens=b.num_output_tokens,
+    )
 
 
 class AsyncDriver:
@@ -79,7 +111,7 @@ class AsyncDriver:
             log.exception("engine loop died")
             self.error = err
             for st in self._streams.values():
-                st.queue.put_nowait(EngineDeadError(f"engine loop died: {err!r}"))
+                st.put(EngineDeadError(f"engine loop died: {err!r}"))
 
     def _delta(self, st: _Stream) -> StreamDelta:
         seq = st.seq
@@ -108,9 +140,9 @@ class AsyncDriver:
             if st is None:
                 continue
             if seq.status is SeqStatus.FINISHED_TIMEOUT:
-                st.queue.put_nowait(RequestTimeoutError(seq.error))
+                st.put(RequestTimeoutError(seq.error))
             else:
-                st.queue.put_nowait(self._delta(st))
+                st.put(self._delta(st))
 
     async def stream(self, prompt, params, tier, request_id, timeout_s):
         self._ensure_started()
@@ -120,7 +152,7 @@ class AsyncDriver:
         self._streams[seq.request_id] = st
         try:
             while True:
-                item = await st.queue.get()
+                item = await st.get()
                 if isinstance(item, BaseException):
                     raise item
                 yield item

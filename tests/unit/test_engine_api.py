@@ -159,6 +159,24 @@ def test_stream_yields_every_token_and_the_final_text(engine):
     engine.check_integrity()
 
 
+def test_a_slow_consumer_gets_merged_deltas_and_loses_nothing(engine):
+    params = SamplingParams(max_tokens=30, temperature=0, ignore_eos=True)
+    (ref,) = engine.generate([[5, 6, 7]], params)
+
+    async def slow():
+        deltas = []
+        async for d in engine.stream([5, 6, 7], params):
+            deltas.append(d)
+            await asyncio.sleep(0.2)  # the engine runs ahead while this consumer sleeps
+        return deltas
+
+    deltas = asyncio.run(slow())
+    assert len(deltas) < 30  # several steps per delta
+    assert [t for d in deltas for t in d.token_ids] == ref.token_ids
+    assert "".join(d.text for d in deltas) == ref.text
+    assert deltas[-1].finished and deltas[-1].num_output_tokens == 30
+
+
 def test_concurrent_streams_and_a_cancelled_one_leaks_nothing(engine):
     async def main():
         async def consume(prompt, n):
