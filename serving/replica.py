@@ -77,7 +77,14 @@ class ModelReplica:
         return routing_stats_from_engine(stats, queued_tokens=self._queued_tokens())
 
     def _queued_tokens(self) -> int:
-        return sum(s.num_prompt_tokens for q in self.engine.scheduler.waiting.values() for s in q)
+        """KV tokens the waiting requests will claim: prompt + max_tokens where admission
+        reserves that much, the prompt alone where blocks come on demand."""
+        reserve = self.config.engine.kv_mode == "reserve"
+        total = 0
+        for queue in list(self.engine.scheduler.waiting.values()):
+            for seq in list(queue):  # list() snapshots in one C call: a step may be running
+                total += seq.max_len_tokens if reserve else seq.num_prompt_tokens
+        return total
 
     def _avg_seq_len(self) -> float:
         running = list(self.engine.scheduler.running)
@@ -104,7 +111,7 @@ class ModelReplica:
             }
             return
         arrived = time.monotonic()
-        first_s = None
+        first_s = queue_wait_s = None
         try:
             stream = self.engine.stream(
                 request["prompt_token_ids"],
@@ -116,6 +123,7 @@ class ModelReplica:
             async for delta in stream:
                 if first_s is None:
                     first_s = time.monotonic() - arrived
+                    queue_wait_s = delta.queue_wait_s
                 yield {
                     "type": "delta",
                     "text": delta.text,
@@ -137,4 +145,4 @@ class ModelReplica:
             }
             return
         if first_s is not None:
-            self.metrics.observe_request(tier, first_s, time.monotonic() - arrived, None)
+            self.metrics.observe_request(tier, first_s, time.monotonic() - arrived, queue_wait_s)

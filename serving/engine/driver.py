@@ -59,6 +59,7 @@ def _merge(a: StreamDelta, b: StreamDelta) -> StreamDelta:
         finish_reason=b.finish_reason,
         num_prompt_tokens=b.num_prompt_tokens,
         num_output_tokens=b.num_output_tokens,
+        queue_wait_s=b.queue_wait_s,
     )
 
 
@@ -132,6 +133,7 @@ class AsyncDriver:
             finish_reason=seq.finish_reason,
             num_prompt_tokens=seq.num_prompt_tokens,
             num_output_tokens=seq.num_output_tokens,
+            queue_wait_s=None if seq.admitted_s is None else seq.admitted_s - seq.arrival_s,
         )
 
     def _dispatch(self, touched: list[Sequence]) -> None:

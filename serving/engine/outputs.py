@@ -38,3 +38,4 @@ class StreamDelta:
     finish_reason: str | None
     num_prompt_tokens: int
     num_output_tokens: int
+    queue_wait_s: float | None = None  # arrival to admission, once admitted

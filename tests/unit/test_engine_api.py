@@ -156,6 +156,7 @@ def test_stream_yields_every_token_and_the_final_text(engine):
     assert "".join(d.text for d in deltas) == ref.text
     assert deltas[-1].finished and deltas[-1].finish_reason == ref.finish_reason
     assert all(not d.finished for d in deltas[:-1])
+    assert deltas[0].queue_wait_s is not None and deltas[0].queue_wait_s >= 0
     engine.check_integrity()
 
 
