@@ -224,20 +224,23 @@ class Mark:
 
     start: float
     first: float | None = None
+    chunks: int = 0
 
     def token(self) -> None:
+        self.chunks += 1
         if self.first is None:
             self.first = time.perf_counter()
 
 
 async def closed_loop(name: str, reqs: list[Request], one, concurrency: int) -> RunResult:
     """Run every request through `await one(req, mark) -> tokens generated`, `concurrency` in
-    flight (the next starts when one ends). Latency and TTFT are from each request's own start.
-    Raises if any request generated other than its max_new_tokens."""
+    flight (the next starts when one ends). Latency and TTFT are from each request's own start;
+    extra["tokens_per_chunk"] is tokens / chunks that carried tokens. Raises if any request
+    generated other than its max_new_tokens."""
     import asyncio
 
     sem, n = asyncio.Semaphore(concurrency), len(reqs)
-    lat, ttft, counts = [0.0] * n, [0.0] * n, [0] * n
+    lat, ttft, counts, chunks = [0.0] * n, [0.0] * n, [0] * n, [0] * n
 
     async def task(i: int, req: Request) -> None:
         async with sem:
@@ -245,6 +248,7 @@ async def closed_loop(name: str, reqs: list[Request], one, concurrency: int) -> 
             counts[i] = await one(req, mark)
             end = time.perf_counter()
             lat[i], ttft[i] = end - mark.start, (mark.first or end) - mark.start
+            chunks[i] = mark.chunks
 
     t0 = time.perf_counter()
     await asyncio.gather(*(task(i, r) for i, r in enumerate(reqs)))
@@ -252,7 +256,9 @@ async def closed_loop(name: str, reqs: list[Request], one, concurrency: int) -> 
     for i, r in enumerate(reqs):
         if counts[i] != r.max_new_tokens:
             raise RuntimeError(f"{name}: request {i} got {counts[i]}/{r.max_new_tokens} tokens")
-    return RunResult(name, wall, sum(counts), lat, ttft)
+    res = RunResult(name, wall, sum(counts), lat, ttft)
+    res.extra["tokens_per_chunk"] = sum(counts) / max(sum(chunks), 1)
+    return res
 
 
 def process_role(cmdline: list[str], is_self: bool) -> str:

@@ -1,7 +1,7 @@
 """Serving overhead: one request set through the engine directly, a Serve handle, and HTTP.
 
     python benchmarks/serve_overhead.py [--quick] [--json PATH] [--model embedded|tiny]
-        [--concurrency 16] [--num-requests N] [--seed S]
+        [--concurrency 16] [--num-requests N] [--seed S] [--serve-env KEY=VALUE ...]
 
 engine  LLMEngine.stream() in this process (run first, before Ray starts)
 handle  the Serve app's ingress through serve.get_app_handle(...).generate_stream (stream=True)
@@ -35,6 +35,16 @@ ENGINE = {"kv_mode": "reserve", "max_num_seqs": 32, "min_num_seqs": 16,
           "max_num_batched_tokens": 512, "max_model_len": 1024, "kv_cache_bytes": 64 * 2**20}
 TINY = dict(arch="llama", seed=0, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
             num_attention_heads=8, num_key_value_heads=4, vocab_size=512)
+APP_ARGS = {
+    "pools": {"hot": {"num_replicas": 1},
+              "cold": {"min_replicas": 0, "max_replicas": 1, "initial_replicas": 0}},
+    "replica": {"num_cpus": 0, "torch_threads": 1},
+    "tiers": {"interactive": {"max_waiting": 1024, "ttft_p99_s": 600, "e2e_p99_s": 3600,
+                              "max_queue_wait_s": 600}},
+}
+# A fresh local cluster of our own (never someone else's: address="local"), bound to 127.0.0.1.
+RAY_INIT = dict(address="local", num_cpus=2, include_dashboard=False,
+                _node_ip_address="127.0.0.1", log_to_driver=False)
 # fmt: on
 NOTES = (
     "The engine path runs in this process before Ray starts, with torch.set_num_threads(1); "
@@ -44,7 +54,9 @@ NOTES = (
     "replica (two streaming hops); http adds the proxy (client -> proxy -> ingress -> replica) "
     "and SSE encoding/parsing. TTFT: first delta with token ids (engine, handle), first SSE frame "
     "with text (http). cpu_s_by_process: CPU seconds each process used during the measured run; "
-    "foreign_cpu_s: busy CPU on the machine outside this benchmark's processes (other jobs)."
+    "foreign_cpu_s: busy CPU on the machine outside this benchmark's processes (other jobs). "
+    "engine_running_*: sequences the serving engine held, sampled every 0.25 s (the replica's "
+    "via its info() method). tokens_per_chunk: tokens per streamed message the client received."
 )
 
 
@@ -154,20 +166,12 @@ def run_engine(model_dir: Path, reqs: list[c.Request], concurrency: int) -> tupl
 
 
 def app_args(model_dir: Path) -> dict:
-    tier = {"max_waiting": 1024, "ttft_p99_s": 600, "e2e_p99_s": 3600, "max_queue_wait_s": 600}
-    return {
-        "model": {"source": str(model_dir), "served_name": SERVED_NAME},
-        "engine": dict(ENGINE),
-        "pools": {
-            "hot": {"num_replicas": 1},
-            "cold": {"min_replicas": 0, "max_replicas": 1, "initial_replicas": 0},
-        },
-        "replica": {"num_cpus": 0, "torch_threads": 1},
-        "tiers": {"interactive": tier},
-    }
+    """One hot replica only (no cold one), so the comparison is one engine vs one replica."""
+    model = {"source": str(model_dir), "served_name": SERVED_NAME}
+    return {"model": model, "engine": dict(ENGINE), **APP_ARGS}
 
 
-def start_serve(model_dir: Path, ingress_max_ongoing: int | None, serve_env: dict) -> None:
+def start_serve(model_dir: Path, serve_env: dict) -> None:
     env = {"RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1", **serve_env}
     os.environ.update(env)  # before importing ray; raylet and every worker inherit it
     import ray
@@ -175,21 +179,9 @@ def start_serve(model_dir: Path, ingress_max_ongoing: int | None, serve_env: dic
 
     from serving.app import build_app
 
-    ray.init(
-        address="local",  # always a fresh cluster of our own, never someone else's
-        num_cpus=2,
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        log_to_driver=False,
-        runtime_env={"env_vars": env},
-    )
+    ray.init(**RAY_INIT, runtime_env={"env_vars": env})
     serve.start(http_options={"host": "127.0.0.1", "port": HTTP_PORT})
-    app = build_app(app_args(model_dir))
-    if ingress_max_ongoing:  # experiment: build_app leaves the ingress at Serve's default (5)
-        from ray.serve.deployment import Application
-
-        app = Application(app._bound_deployment.options(max_ongoing_requests=ingress_max_ongoing))
-    serve.run(app, name=APP, route_prefix="/", blocking=False)
+    serve.run(build_app(app_args(model_dir)), name=APP, route_prefix="/", blocking=False)
     handle, deadline = serve.get_app_handle(APP), time.monotonic() + 300
     while time.monotonic() < deadline:  # ready = the ingress answers through the hot pool
         try:
@@ -226,7 +218,7 @@ def run_serve(model_dir: Path, reqs: list[c.Request], args) -> list[c.RunResult]
 
     t0 = time.perf_counter()
     try:
-        start_serve(model_dir, args.ingress_max_ongoing, dict(args.serve_env))
+        start_serve(model_dir, dict(args.serve_env))
         c.log(f"serve app ready in {time.perf_counter() - t0:.1f}s")
         return asyncio.run(serve_paths(reqs, args.concurrency))
     finally:
@@ -269,7 +261,7 @@ def print_report(report: dict) -> None:
     for r in report["runs"]:
         held = f"{r.get('engine_running_mean', 0):.1f} mean, {r.get('engine_running_max')} max"
         cpu = f"cpu s {r['cpu_s_by_process']} foreign={r['foreign_cpu_s']}"
-        print(f"{r['path']:<7} engine running {held}; {cpu}")
+        print(f"{r['path']:<7} engine running {held}; {r['tokens_per_chunk']:.2f} tok/chunk; {cpu}")
 
 
 def parse_args() -> argparse.Namespace:
@@ -280,18 +272,14 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--num-requests", type=int, help="override the request count")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--ingress-max-ongoing",
-        type=int,
-        help="experiment: override the ingress deployment's max_ongoing_requests",
-    )
-    p.add_argument(
+    experiment = p.add_argument_group("experiments (not the default app)")
+    experiment.add_argument(
         "--serve-env",
         action="append",
         default=[],
-        type=lambda kv: tuple(kv.split("=", 1)),
         metavar="KEY=VALUE",
-        help="experiment: environment for the Ray processes, e.g. RAY_SERVE_THROUGHPUT_OPTIMIZED=1",
+        type=lambda kv: tuple(kv.split("=", 1)),
+        help="env for Ray's processes, e.g. RAY_SERVE_THROUGHPUT_OPTIMIZED=1",
     )
     return p.parse_args()
 
@@ -324,7 +312,6 @@ def main() -> None:
             "seed": args.seed,
             "arrivals": f"closed loop, {args.concurrency} in flight",
             "engine_config": ENGINE,
-            "ingress_max_ongoing_override": args.ingress_max_ongoing,
             "serve_env": dict(args.serve_env),
         }
         c.log(f"model {name} at {model_dir}; workload {workload}")
