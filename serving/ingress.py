@@ -165,7 +165,8 @@ class Ingress:
                     return
                 item = await opened.rest.__anext__()
         finally:
-            opened.cancel()  # client gone or stop string hit: free the replica's KV now
+            if not item["finished"]:  # client gone or stop string hit: free the KV now
+                opened.cancel()
 
     def _encode_prompt(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from serving.engine.detokenize import IncrementalDetokenizer
 from serving.engine.outputs import EngineDeadError, RequestTimeoutError, StreamDelta
 from serving.engine.sequence import SeqStatus, Sequence
 
@@ -30,10 +31,10 @@ class _Stream:
     exactly when the path downstream is the bottleneck, one per token when it keeps up."""
 
     seq: Sequence
+    detok: IncrementalDetokenizer
     pending: deque = field(default_factory=deque)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     num_emitted: int = 0
-    text: str = ""
 
     def put(self, item: StreamDelta | BaseException) -> None:
         last = self.pending[-1] if self.pending else None
@@ -118,17 +119,10 @@ class AsyncDriver:
         seq = st.seq
         new_ids = seq.token_ids[seq.num_prompt_tokens + st.num_emitted :]
         st.num_emitted += len(new_ids)
-        text = self.engine.decode(seq.output_token_ids)
-        # Hold back a trailing partial UTF-8 character until its other bytes arrive.
-        if text.endswith("\ufffd") and not seq.finished:
-            text = text.rstrip("\ufffd")
-        piece = text[len(st.text) :] if text.startswith(st.text) else ""
-        if piece:
-            st.text = text
         return StreamDelta(
             request_id=seq.request_id,
             token_ids=new_ids,
-            text=piece,
+            text=st.detok.step(seq.output_token_ids, seq.finished),
             finished=seq.finished,
             finish_reason=seq.finish_reason,
             num_prompt_tokens=seq.num_prompt_tokens,
@@ -150,7 +144,7 @@ class AsyncDriver:
         self._ensure_started()
         seq = self.engine.make_sequence(prompt, params, tier, request_id, timeout_s)
         self.engine.submit(seq)  # raises on a duplicate id before any stream state exists
-        st = _Stream(seq)
+        st = _Stream(seq, IncrementalDetokenizer(self.engine.decode))
         self._streams[seq.request_id] = st
         try:
             while True:
