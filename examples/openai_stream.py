@@ -1,7 +1,7 @@
 """Stream a chat completion from tideserve with the official `openai` client.
 
-    serve run cluster.yaml            # in another terminal
-    .venv/bin/python examples/openai_stream.py "Name three fruits."
+serve run cluster.yaml            # in another terminal
+.venv/bin/python examples/openai_stream.py "Name three fruits."
 """
 
 from __future__ import annotations
