@@ -289,7 +289,7 @@ class LLMEngine:
         p50, p99 = self.tracker.queue_wait_percentiles()
         return EngineStats(
             running_by_tier=running,
-            waiting_by_tier={t.name.lower(): self.scheduler.num_waiting(t) for t in Tier},
+            waiting_by_tier=self._waiting_by_tier(),
             num_kv_blocks_total=self.pool.num_blocks,
             num_kv_blocks_used=self.pool.num_used_blocks,
             num_kv_blocks_reserved=self.ledger.num_reserved_blocks,
@@ -308,6 +308,15 @@ class LLMEngine:
             num_finished=self.tracker.num_finished,
             num_timeouts=self.tracker.num_timeouts,
         )
+
+    def _waiting_by_tier(self) -> dict[str, int]:
+        """Queued requests per tier, counting those submitted since the last step: admission
+        decisions made between two steps must see each other, or a burst would all pass."""
+        waiting = {t.name.lower(): self.scheduler.num_waiting(t) for t in Tier}
+        for op, item in list(self._inbox):  # list() snapshots in one C call
+            if op == "add":
+                waiting[item.tier.name.lower()] += 1  # type: ignore[union-attr]
+        return waiting
 
     def check_integrity(self) -> None:
         self.ledger.check_integrity()

@@ -242,6 +242,14 @@ def test_generate_refuses_while_the_async_loop_serves(engine):
     asyncio.run(main())
 
 
+def test_requests_submitted_since_the_last_step_count_as_waiting(engine):
+    engine.add_request([5, 6], GREEDY, tier="analytical")
+    engine.add_request([5, 6], GREEDY, tier="analytical")
+    assert engine.stats().waiting_by_tier["analytical"] == 2  # before any step ran
+    engine.step()
+    assert engine.stats().waiting_by_tier["analytical"] == 0
+
+
 def test_stats_report_tiers_blocks_and_queue_wait(engine, clock):
     engine.add_request([5] * 10, SamplingParams(max_tokens=20, temperature=0), tier="analytical")
     engine.add_request([5] * 10, SamplingParams(max_tokens=20, temperature=0), tier="offline")
