@@ -300,3 +300,23 @@ def test_scale_down_under_load_fails_no_request(served):
         "RUNNING": 1
     }
     serve.delete("scaledown")
+
+
+def test_hot_and_cold_run_one_configuration_and_are_warm(served):
+    """R9/R10: both groups carry the same config fingerprint; ready means warmed up."""
+    from ray import serve
+
+    from serving.config import AppConfig
+
+    expected = AppConfig.from_args(app_args(served["model_dir"])).replica_fingerprint()
+    infos = {
+        pool: serve.get_deployment_handle(pool, APP).info.remote().result(timeout_s=60)
+        for pool in ("hot", "cold")
+    }
+    assert {i["fingerprint"] for i in infos.values()} == {expected}
+    assert infos["hot"]["pool"] == "hot" and infos["cold"]["pool"] == "cold"
+    assert all(i["warmup_s"] > 0 and i["kv_blocks_total"] > 0 for i in infos.values())
+    assert httpx.get(served["base"] + "/health", timeout=30).json()["pools"] == {
+        "hot": True,
+        "cold": True,
+    }
