@@ -52,34 +52,48 @@ class HttpIngress(Ingress):
 
     @api.post("/v1/completions")
     async def completions(self, request: Request):
-        req, tier = await self._prepare(request, p.CompletionRequest)
-        ids = self._encode_prompt(req.prompt)
-        opened = await self._open(ids, self._params(req, len(ids)), tier)
-        rid = p.new_id("cmpl")
-        if req.stream:
-            frames = self._stream(opened, req, rid, p.completion_chunk, "text_completion")
-            return StreamingResponse(frames, media_type="text/event-stream")
-        text, last = await self._collect(opened, req.stop)
-        return p.completion_response(
-            rid,
-            self.model_name,
-            text,
-            last["finish_reason"],
-            last["num_prompt_tokens"],
-            last["num_output_tokens"],
+        return await self._complete(
+            request,
+            p.CompletionRequest,
+            lambda req: self._encode_prompt(req.prompt),
+            "cmpl",
+            p.completion_chunk,
+            "text_completion",
+            p.completion_response,
         )
 
     @api.post("/v1/chat/completions")
     async def chat_completions(self, request: Request):
-        req, tier = await self._prepare(request, p.ChatCompletionRequest)
-        ids = self._encode_chat(req.messages)
+        return await self._complete(
+            request,
+            p.ChatCompletionRequest,
+            lambda req: self._encode_chat(req.messages),
+            "chatcmpl",
+            _chat_chunk,
+            "chat.completion.chunk",
+            p.chat_response,
+        )
+
+    async def _complete(
+        self,
+        request: Request,
+        kind: type,
+        encode,
+        id_prefix: str,
+        chunk,
+        chunk_object: str,
+        respond,
+    ):
+        """The shared path of both endpoints: only encoding and response shapes differ."""
+        req, tier = await self._prepare(request, kind)
+        ids = encode(req)
         opened = await self._open(ids, self._params(req, len(ids)), tier)
-        rid = p.new_id("chatcmpl")
+        rid = p.new_id(id_prefix)
         if req.stream:
-            frames = self._stream(opened, req, rid, _chat_chunk, "chat.completion.chunk")
+            frames = self._stream(opened, req, rid, chunk, chunk_object)
             return StreamingResponse(frames, media_type="text/event-stream")
         text, last = await self._collect(opened, req.stop)
-        return p.chat_response(
+        return respond(
             rid,
             self.model_name,
             text,

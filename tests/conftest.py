@@ -44,3 +44,26 @@ def random_prompts(n: int, seed: int, lo: int = 1, hi: int = 200, vocab: int = 5
     """n prompts of lo..hi random token ids (ids >= 3 so no special token appears)."""
     rng = random.Random(seed)
     return [[rng.randrange(3, vocab) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
+
+
+def engine_stats(**overrides):
+    """A hand-built EngineStats for tests of code that reads one (routing, metrics)."""
+    from serving.engine import EngineStats
+
+    fields = {
+        "running_by_tier": {"interactive": 3, "offline": 1},
+        "waiting_by_tier": {"interactive": 2},
+        "num_kv_blocks_total": 100,
+        "num_kv_blocks_used": 30,
+        "num_kv_blocks_reserved": 45,
+        "block_size_tokens": 16,
+        "concurrency_limit": 8,
+        "tokens_per_s": 123.0,
+        "queue_wait_p50_s": 0.01,
+        "queue_wait_p99_s": 0.2,
+        "num_preemptions": 0,
+        "num_finished": 7,
+        "num_timeouts": 0,
+    }
+    fields.update(overrides)
+    return EngineStats(**fields)

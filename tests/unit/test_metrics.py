@@ -9,27 +9,7 @@ import pytest
 
 from capacity.probe import GpuSample
 from serving import metrics as m
-from serving.engine import EngineStats
-
-
-def engine_stats(**overrides) -> EngineStats:
-    fields = {
-        "running_by_tier": {"interactive": 3, "offline": 1},
-        "waiting_by_tier": {"interactive": 2},
-        "num_kv_blocks_total": 100,
-        "num_kv_blocks_used": 30,
-        "num_kv_blocks_reserved": 45,
-        "block_size_tokens": 16,
-        "concurrency_limit": 8,
-        "tokens_per_s": 123.0,
-        "queue_wait_p50_s": 0.01,
-        "queue_wait_p99_s": 0.2,
-        "num_preemptions": 0,
-        "num_finished": 7,
-        "num_timeouts": 0,
-    }
-    fields.update(overrides)
-    return EngineStats(**fields)
+from tests.conftest import engine_stats
 
 
 class FakeMetric:

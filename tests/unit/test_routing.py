@@ -7,7 +7,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from serving.engine import EngineStats
 from serving.routing import (
     ROUTING_STATS_KEYS,
     KVHeadroomRouter,
@@ -15,6 +14,7 @@ from serving.routing import (
     rank_by_headroom,
     routing_stats_from_engine,
 )
+from tests.conftest import engine_stats
 
 
 def stats(free: int, queued: int = 0, reserved: int = 0, total: int = 10_000) -> dict[str, int]:
@@ -26,26 +26,6 @@ def stats(free: int, queued: int = 0, reserved: int = 0, total: int = 10_000) ->
         "num_waiting": 0,
         "num_running": 0,
     }
-
-
-def engine_stats(**overrides) -> EngineStats:
-    fields = {
-        "running_by_tier": {"interactive": 3, "offline": 1},
-        "waiting_by_tier": {"interactive": 2},
-        "num_kv_blocks_total": 100,
-        "num_kv_blocks_used": 30,
-        "num_kv_blocks_reserved": 45,
-        "block_size_tokens": 16,
-        "concurrency_limit": 8,
-        "tokens_per_s": 123.0,
-        "queue_wait_p50_s": 0.01,
-        "queue_wait_p99_s": 0.2,
-        "num_preemptions": 0,
-        "num_finished": 7,
-        "num_timeouts": 0,
-    }
-    fields.update(overrides)
-    return EngineStats(**fields)
 
 
 # ----- headroom formula ---------------------------------------------------------------------------
