@@ -1,0 +1,5 @@
+import sys
+
+from capacity.cli import main
+
+sys.exit(main())
