@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from capacity.plan_outputs import add_output_args, write_plan_outputs
 from capacity.planner import PlanInputs, format_plan, plan
 
 
@@ -62,11 +63,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--block-size", type=int, default=16, help="KV block size in tokens")
     p.add_argument("--reserve-gib", type=float, default=None, help="default 2 GiB + 5%% of device")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_output_args(p)  # --plot, --write-cluster-yaml (capacity/plan_outputs.py)
+    _add_profile_arg(p)
+    _add_calibrate_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "calibrate":
+        return _calibrate_main(args)
     try:
         inputs = PlanInputs(
             model_config=load_model_config(args.model),
@@ -89,7 +95,87 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(result.to_dict()))
+        print(json.dumps(_with_profile(args, result, result.to_dict())))
     else:
-        print(format_plan(result))
+        print(_with_profile(args, result, format_plan(result)))
+    return write_plan_outputs(args, inputs, result)
+
+
+# --- calibration: `calibrate` subcommand and `plan --profile` (capacity/calibrate.py) ------------
+
+
+def _add_profile_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--profile",
+        default=None,
+        help="calibrated profile JSON (python -m capacity calibrate): throughput from measured "
+        "step costs instead of the roofline",
+    )
+
+
+def _add_calibrate_parser(sub) -> None:
+    c = sub.add_parser("calibrate", help="measure engine step costs on this device, save a profile")
+    c.add_argument("--model", required=True, help="model directory, or 'tiny' (random Llama)")
+    c.add_argument("--out", default="profile.json", help="profile JSON path")
+    c.add_argument("--quick", action="store_true", help="smaller grid, fewer decode steps")
+    c.add_argument("--threads", type=int, default=1, help="torch threads (0: leave as is)")
+
+
+def _calibrate_main(args: argparse.Namespace) -> int:
+    from capacity.calibrate import calibrate, format_fit
+
+    grid = (
+        dict(batch_sizes=(1, 8, 32), context_lens=(64, 512), decode_steps=8)
+        if args.quick
+        else dict(batch_sizes=(1, 4, 16, 32), context_lens=(64, 256, 512), decode_steps=16)
+    )
+    try:
+        profile = calibrate(args.model, num_threads=args.threads or None, verbose=True, **grid)
+        profile.save(args.out)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_fit(profile), file=sys.stderr)
+    print(f"profile written to {args.out}", file=sys.stderr)
     return 0
+
+
+def _with_profile(args: argparse.Namespace, result, out):
+    """Replace the roofline throughput with the profile's measured one (text or dict)."""
+    if getattr(args, "profile", None) is None:
+        return out
+    from capacity.calibrate import Profile
+    from capacity.planner import replicas_for_peak, throughput_from_profile
+
+    prof = Profile.load(args.profile)
+    i = result.inputs
+    conc = result.max_concurrency_avg
+    tok_s, req_s, step_s = throughput_from_profile(
+        prof, conc, i.avg_input_tokens, i.avg_output_tokens
+    )
+    eff = i.effective_utilization if i.effective_utilization is not None else i.utilization
+    planned = req_s * eff * i.safety
+    measured = {
+        "profile": str(args.profile),
+        "profile_device": prof.device,
+        "concurrency": conc,
+        "step_s": step_s,
+        "raw_requests_per_s": req_s,
+        "raw_tokens_per_s": tok_s,
+        "replica_requests_per_s": planned,
+        "replica_tokens_per_s": planned * i.avg_output_tokens,
+        "replicas_at_peak": replicas_for_peak(i.peak_qps, planned) if planned > 0 else None,
+    }
+    if isinstance(out, dict):
+        return {**out, "throughput_source": "profile", "profile_throughput": measured}
+    lines = [
+        out.split("\n\nThroughput (roofline")[0],
+        "",
+        f"Throughput (measured profile {args.profile}, {prof.device})",
+        f"  step @ concurrency {conc}: {step_s * 1e3:.3f} ms",
+        f"  raw: {req_s:.2f} req/s, {tok_s:.1f} output tok/s",
+        f"  planned (x{eff:g} x safety {i.safety:g}): {planned:.2f} req/s",
+        f"  replicas at peak {i.peak_qps:g} QPS: {measured['replicas_at_peak']}",
+    ]
+    lines += [ln for ln in out.splitlines() if ln.startswith("warning:")]
+    return "\n".join(lines)

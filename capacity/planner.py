@@ -348,3 +348,30 @@ def format_plan(p: Plan) -> str:
     lines += [f"  {k:<{width}}  {v}" for k, v in rep]
     lines += [f"warning: {w}" for w in p.warnings]
     return "\n".join(lines)
+
+
+# --- measured costs (capacity.calibrate profiles) ----------------------------------------------
+
+
+def throughput_from_profile(
+    profile: Any, concurrency: int, avg_input: float, avg_output: float
+) -> tuple[float, float, float]:
+    """Steady-state (output tokens/s, requests/s, mean step seconds) from a calibrated profile.
+
+    `profile` is anything with predict_step_s(num_tokens, kv_tokens_read) (a
+    capacity.calibrate.Profile). At constant concurrency C every running sequence emits one token
+    per step, a request lasts about avg_output steps, so each step carries C decode tokens plus
+    C x avg_input / avg_output amortised prefill tokens; decodes read C x (avg_input +
+    avg_output / 2) KV tokens and the amortised prefill reads its own tokens.
+    """
+    check_range("throughput_from_profile", "concurrency", concurrency, 1)
+    check_range("throughput_from_profile", "avg_output", avg_output, 1)
+    check_range("throughput_from_profile", "avg_input", avg_input, 0)
+    c = float(concurrency)
+    prefill = c * avg_input / avg_output
+    kv = c * (avg_input + avg_output / 2) + prefill
+    step_s = float(profile.predict_step_s(c + prefill, kv))
+    if step_s <= 0:
+        raise ValueError(f"profile predicts a non-positive step time ({step_s} s)")
+    tokens_per_s = c / step_s
+    return tokens_per_s, tokens_per_s / avg_output, step_s
