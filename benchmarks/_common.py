@@ -15,17 +15,14 @@ from pathlib import Path
 
 import torch
 
+from serving.testing import SMALL_LLAMA
+
 TRACE_PATH = Path("/work/shared/traces/azure_llm_2023_conv.csv")
 _T0 = time.perf_counter()
 
 MODEL_CONFIG = dict(
     vocab_size=512,
-    hidden_size=256,
-    intermediate_size=688,
-    num_hidden_layers=4,
-    num_attention_heads=8,
-    num_key_value_heads=4,
-    max_position_embeddings=2048,
+    **SMALL_LLAMA,
     initializer_range=0.2,
     tie_word_embeddings=False,
     bos_token_id=0,

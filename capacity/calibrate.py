@@ -31,15 +31,6 @@ from typing import Any
 
 import numpy as np
 
-TINY_MODEL_OVERRIDES: dict[str, Any] = dict(
-    hidden_size=256,
-    intermediate_size=688,
-    num_hidden_layers=4,
-    num_attention_heads=8,
-    num_key_value_heads=4,
-    max_position_embeddings=2048,
-)
-
 
 @dataclass(frozen=True)
 class StepPoint:
@@ -187,9 +178,9 @@ class StepRecorder:
 
 
 def make_tiny_model_dir(path: str | Path) -> Path:
-    from serving.testing import save_tiny_model_dir
+    from serving.testing import SMALL_LLAMA, save_tiny_model_dir
 
-    return save_tiny_model_dir(path, arch="llama", **TINY_MODEL_OVERRIDES)
+    return save_tiny_model_dir(path, arch="llama", **SMALL_LLAMA)
 
 
 def engine_config(max_batch: int, max_len: int, **kw):

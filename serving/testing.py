@@ -67,6 +67,18 @@ def tiny_tokenizer(vocab_size: int = TINY_VOCAB_SIZE):
     return fast
 
 
+# The "Llama-shaped model of a few million parameters" that the engine benchmark, the serving
+# overhead benchmark and capacity calibration share (3.2 M parameters with a 512-token vocab).
+SMALL_LLAMA = dict(
+    hidden_size=256,
+    intermediate_size=688,
+    num_hidden_layers=4,
+    num_attention_heads=8,
+    num_key_value_heads=4,
+    max_position_embeddings=2048,
+)
+
+
 def tiny_config(arch: str = "llama", **overrides):
     """Config of a tiny decoder. `arch` is "llama" (MHA) or "qwen2" (GQA, attention biases)."""
     from transformers import LlamaConfig, Qwen2Config
