@@ -16,6 +16,7 @@ from capacity import memory
 from capacity.cluster_yaml import write_pools
 from capacity.planner import PlanInputs, plan
 from serving.config import load_cluster_yaml
+from tests.unit.test_planner import LLAMA3_8B
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_YAML = REPO / "cluster.yaml"
@@ -26,16 +27,7 @@ needs_matplotlib = pytest.mark.skipif(
     reason="matplotlib is not installed (pip install matplotlib) - needed for --plot",
 )
 
-LLAMA_8B = dict(
-    model_type="llama",
-    hidden_size=4096,
-    intermediate_size=14336,
-    num_hidden_layers=32,
-    num_attention_heads=32,
-    num_key_value_heads=8,
-    vocab_size=128256,
-    hidden_act="silu",
-)
+LLAMA_8B = LLAMA3_8B  # the same config.json fixture the planner tests use
 
 
 def _inputs(**kw) -> PlanInputs:
