@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from capacity.step_noise import cell_noise, mixture_quantile
+
 
 @dataclass(frozen=True)
 class StepPoint:
@@ -59,6 +61,8 @@ class Profile:
     fit: Fit
     points: tuple[StepPoint, ...] = field(default_factory=tuple)
     settings: dict[str, Any] = field(default_factory=dict)
+    # (cell median step_s, step / median) pairs, see capacity/step_noise; () in older profiles.
+    noise_samples: tuple[tuple[float, float], ...] = ()
 
     @property
     def coefficients(self) -> tuple[float, float, float]:
@@ -70,6 +74,8 @@ class Profile:
     def to_dict(self, with_points: bool = True) -> dict[str, Any]:
         d = asdict(self)
         d["points"] = [asdict(p) for p in self.points] if with_points else len(self.points)
+        if not with_points:
+            d["noise_samples"] = len(self.noise_samples)
         return d
 
     @classmethod
@@ -81,6 +87,7 @@ class Profile:
             fit=Fit(**d["fit"]),
             points=tuple(StepPoint(**p) for p in d.get("points", [])),
             settings=dict(d.get("settings", {})),
+            noise_samples=tuple(tuple(x) for x in d.get("noise_samples", ())),
         )
 
     def save(self, path: str | Path) -> None:
@@ -92,12 +99,17 @@ class Profile:
 
 
 def fit_step_model(points: Sequence[StepPoint]) -> Fit:
-    """Least-squares fit of step_s = a + b*num_tokens + c*kv_tokens_read."""
+    """Least-squares fit of step_s = a + b*num_tokens + c*kv_tokens_read, in relative error.
+
+    Each row is divided by its step time, so a 2 ms decode step counts as much as a 60 ms prefill:
+    plain least squares lets the big steps dominate and misses the small-batch regime by ~20%.
+    """
     if len(points) < 3:
         raise ValueError(f"need at least 3 step points to fit 3 coefficients, got {len(points)}")
     x = np.array([[1.0, p.num_tokens, p.kv_tokens_read] for p in points], dtype=np.float64)
     y = np.array([p.step_s for p in points], dtype=np.float64)
-    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    w = 1.0 / np.where(y > 0, y, 1.0)
+    coef, *_ = np.linalg.lstsq(x * w[:, None], y * w, rcond=None)
     pred = x @ coef
     ss_res = float(np.sum((y - pred) ** 2))
     ss_tot = float(np.sum((y - y.mean()) ** 2))
@@ -250,6 +262,7 @@ def calibrate(
         _log(f"calibrate: device={engine.device} dtype={engine.dtype} warming up", verbose)
         _run_batch(engine, min(4, max_batch), min(context_lens), 4, rng)  # warm-up, not fitted
         points: list[StepPoint] = []
+        noise: list[tuple[float, float]] = []
         t0 = time.perf_counter()
         for _ in range(repeats):
             for ctx in context_lens:
@@ -258,6 +271,7 @@ def calibrate(
                     _run_batch(engine, b, ctx, decode_steps, rng)
                     new = recorder.points(n_log, n_kv)
                     points.extend(new)
+                    noise += cell_noise([p.step_s for p in new if p.num_tokens == b])
                     med = float(np.median([p.step_s for p in new])) if new else math.nan
                     _log(
                         f"calibrate: batch={b:3d} ctx={ctx:4d} steps={len(new):3d} "
@@ -271,6 +285,7 @@ def calibrate(
             model=model_summary(engine.model.config),
             fit=fit,
             points=tuple(points),
+            noise_samples=tuple(noise),
             settings=dict(
                 batch_sizes=list(batch_sizes),
                 context_lens=list(context_lens),
@@ -305,7 +320,8 @@ def predict_closed_loop(
     A slot holds a request for avg_output steps (one prefill step that samples the first token,
     then avg_output - 1 decodes), so on average C / avg_output prefills land per step: steps carry
     k = floor(C / O) or k + 1 prefills, the latter in a fraction C / O - k of steps. A step with k
-    prefills has (C - k) decodes at average context I + O / 2 plus k x I prefill tokens.
+    prefills has (C - k) decodes at average context I + O / 2 plus k x I prefill tokens. The
+    quantile is that two-kind mixture times the profile's measured jitter (capacity/step_noise).
     """
     from capacity.planner import throughput_from_profile
 
@@ -319,7 +335,9 @@ def predict_closed_loop(
 
     lo = math.floor(c / o)
     frac_hi = c / o - lo
-    q_step = step(lo + 1) if frac_hi > 1 - quantile else step(lo)
+    q_step = mixture_quantile(
+        [step(lo), step(lo + 1)], [1 - frac_hi, frac_hi], profile.noise_samples, quantile
+    )
     return dict(
         tokens_per_s=tokens_per_s,
         requests_per_s=requests_per_s,

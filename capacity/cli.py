@@ -91,13 +91,15 @@ def main(argv: list[str] | None = None) -> int:
             reserve_bytes=None if args.reserve_gib is None else int(args.reserve_gib * 1024**3),
         )
         result = plan(inputs)
+        text = (
+            json.dumps(_with_profile(args, result, result.to_dict()))
+            if args.json
+            else _with_profile(args, result, format_plan(result))
+        )
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps(_with_profile(args, result, result.to_dict())))
-    else:
-        print(_with_profile(args, result, format_plan(result)))
+    print(text)
     return write_plan_outputs(args, inputs, result)
 
 
@@ -110,6 +112,13 @@ def _add_profile_arg(p: argparse.ArgumentParser) -> None:
         default=None,
         help="calibrated profile JSON (python -m capacity calibrate): throughput from measured "
         "step costs instead of the roofline",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="with --profile: sequences per replica to plan for (default: the KV region's max "
+        "concurrency at the average length), e.g. the engine's max_num_seqs",
     )
 
 
@@ -144,15 +153,21 @@ def _with_profile(args: argparse.Namespace, result, out):
     """Replace the roofline throughput with the profile's measured one (text or dict)."""
     if getattr(args, "profile", None) is None:
         return out
-    from capacity.calibrate import Profile
+    from capacity.calibrate import Profile, predict_closed_loop
     from capacity.planner import replicas_for_peak, throughput_from_profile
 
     prof = Profile.load(args.profile)
     i = result.inputs
-    conc = result.max_concurrency_avg
+    conc = result.max_concurrency_avg if args.concurrency is None else args.concurrency
+    if conc < 1:
+        raise ValueError(f"plan: --concurrency={conc} must be >= 1")
     tok_s, req_s, step_s = throughput_from_profile(
         prof, conc, i.avg_input_tokens, i.avg_output_tokens
     )
+    p99_step_s = predict_closed_loop(prof, conc, i.avg_input_tokens, i.avg_output_tokens)[
+        "quantile_step_s"
+    ]
+    calibrated_max = max(prof.settings.get("batch_sizes", [conc]))
     eff = i.effective_utilization if i.effective_utilization is not None else i.utilization
     planned = req_s * eff * i.safety
     measured = {
@@ -160,6 +175,8 @@ def _with_profile(args: argparse.Namespace, result, out):
         "profile_device": prof.device,
         "concurrency": conc,
         "step_s": step_s,
+        "p99_step_s": p99_step_s,
+        "extrapolated": conc > calibrated_max,
         "raw_requests_per_s": req_s,
         "raw_tokens_per_s": tok_s,
         "replica_requests_per_s": planned,
@@ -172,10 +189,15 @@ def _with_profile(args: argparse.Namespace, result, out):
         out.split("\n\nThroughput (roofline")[0],
         "",
         f"Throughput (measured profile {args.profile}, {prof.device})",
-        f"  step @ concurrency {conc}: {step_s * 1e3:.3f} ms",
+        f"  step @ concurrency {conc}: {step_s * 1e3:.3f} ms (p99 {p99_step_s * 1e3:.3f} ms)",
         f"  raw: {req_s:.2f} req/s, {tok_s:.1f} output tok/s",
         f"  planned (x{eff:g} x safety {i.safety:g}): {planned:.2f} req/s",
         f"  replicas at peak {i.peak_qps:g} QPS: {measured['replicas_at_peak']}",
     ]
+    if measured["extrapolated"]:
+        lines.append(
+            f"warning: concurrency {conc} is beyond the largest calibrated batch "
+            f"({calibrated_max}); the profile is extrapolated (calibrate with bigger batches)"
+        )
     lines += [ln for ln in out.splitlines() if ln.startswith("warning:")]
     return "\n".join(lines)

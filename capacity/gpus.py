@@ -1,10 +1,14 @@
 """GPU catalogue for the capacity planner (MISSION R6): memory, bandwidth and dense BF16 compute.
 
-Figures are NVIDIA datasheet values quoted from memory (no network when this was written), so each
-entry names its source. Compute is *dense* (the datasheets print the 2:4-sparse figure too, which is
-twice as large; the planner must never use it). Memory is the datasheet's nameplate size taken as
-GiB; `nvidia-smi` reports slightly less on some parts (H100 80 GB: 79.6 GiB, L4: 22.5 GiB), a gap
-the planner's reserve (2 GiB + 5 %) absorbs. Measured values replace these once a probe exists.
+Figures are NVIDIA datasheet values, first quoted from memory, then checked (2026-11-30) against
+public spec pages: H100 SXM dense BF16 989.4 TFLOPS and 3.35 TB/s (glennklockwood.com H100 notes),
+H100 PCIe > 2,000 GB/s (NVIDIA product brief PB-11133), H200 141 GB and 4.8 TB/s, L40S 48 GB,
+864 GB/s and BF16 362 dense / 733 sparse (NVIDIA L40/L40S table), A10G 24 GB and 600 GB/s (Baseten's
+A10 vs A10G comparison). The A100, L4 and T4 rows are unchecked quotes. Each entry names its source.
+Compute is *dense* (the datasheets print the 2:4-sparse figure too, which is twice as large; the
+planner must never use it). Memory is the datasheet's nameplate size taken as GiB; `nvidia-smi`
+reports slightly less on some parts (H100 80 GB: 79.6 GiB, L4: 22.5 GiB), a gap the planner's
+reserve (2 GiB + 5 %) absorbs. Measured values replace these once a probe exists.
 """
 
 from __future__ import annotations
