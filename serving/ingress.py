@@ -8,6 +8,7 @@ and relays the replica's token stream.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
 import logging
@@ -18,10 +19,11 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from serving import protocol as p
 from serving.config import AppConfig
-from serving.dispatch import OpenStream, StopStrings, open_stream
+from serving.dispatch import OpenStream, RefusalMemo, StopStrings, open_stream
 
 log = logging.getLogger("ray.serve")
 api = FastAPI(title="tideserve", docs_url=None, redoc_url=None)
@@ -33,6 +35,15 @@ async def _api_error(_: Request, err: p.ApiError) -> JSONResponse:
     if err.retry_after_s is not None:
         headers["Retry-After"] = str(max(1, round(err.retry_after_s)))
     return JSONResponse(err.body(), status_code=err.status, headers=headers)
+
+
+@api.exception_handler(StarletteHTTPException)
+async def _http_error(_: Request, err: StarletteHTTPException) -> JSONResponse:
+    """Unknown paths (404) and wrong methods (405) get OpenAI's error body too."""
+    kind = "not_found_error" if err.status_code == 404 else "invalid_request_error"
+    return JSONResponse(
+        p.error_body(str(err.detail), kind), status_code=err.status_code, headers=err.headers
+    )
 
 
 @api.exception_handler(RequestValidationError)
@@ -55,7 +66,9 @@ class Ingress:
         # for it; cold may have none, and is used only once the watcher has seen it running.
         self.available = {"hot": True, "cold": False}
         model_dir = resolve_model_dir(self.config.model.source)
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self.tokenizer = AutoTokenizer.from_pretrained(
+            str(model_dir), trust_remote_code=self.config.model.trust_remote_code
+        )
         self.model_name = self.config.model.served_name or served_name_for(self.config.model.source)
         key_env = self.config.server.api_key_env
         self.api_key = os.environ.get(key_env) if key_env else None
@@ -63,8 +76,11 @@ class Ingress:
             raise ValueError(f"server.api_key_env={key_env!r} names an unset environment variable")
         self.fingerprint = self.config.replica_fingerprint()
         self.verified: dict[str, bool] = {}
+        self.refusals = RefusalMemo()
         self.app_name = _app_name()
         self._watcher: asyncio.Task | None = None
+        self.num_requests = 0  # requests that reached pool choice; read by the forecast controller
+        self.emptying: set[str] = set()  # pools the forecast controller is scaling to zero
 
     # ----- pools ---------------------------------------------------------------------------------
     async def _watch_pools(self, period_s: float = 2.0) -> None:
@@ -81,7 +97,7 @@ class Ingress:
             for pool in self.handles:
                 if pool not in counts:  # mid-deploy the status may omit it: keep the last view
                     continue
-                running = counts[pool] > 0
+                running = counts[pool] > 0 and pool not in self.emptying
                 ok = await self._fingerprint_ok(pool) if running else pool == "hot"
                 self.available[pool] = ok
         except Exception as err:  # the controller may be restarting; keep the last view
@@ -138,7 +154,22 @@ class Ingress:
             "ignore_eos": req.ignore_eos,
         }
 
+    def set_pool_target(self, pool: str, target: int) -> None:
+        """The forecast controller announces a new replica target before it applies it. A pool
+        going to zero gets no new request from now on, not one status poll later: Serve's handle
+        would park a request for an empty deployment until a replica comes back."""
+        if target == 0 and pool != "hot":
+            self.emptying.add(pool)
+            self.available[pool] = False
+        else:
+            self.emptying.discard(pool)  # the watcher marks it available once a replica runs
+
+    def request_count(self) -> int:
+        """Cumulative requests since this ingress started (the controller diffs two readings)."""
+        return self.num_requests
+
     async def _open(self, prompt_ids: list[int], params: dict, tier: str) -> OpenStream:
+        self.num_requests += 1
         await self.ensure_watching()
         request = {
             "prompt_token_ids": prompt_ids,
@@ -147,7 +178,12 @@ class Ingress:
             "request_id": p.new_id("req"),
         }
         return await open_stream(
-            self.handles, self.available, request, self.config.server.retry_after_s
+            self.handles,
+            self.available,
+            request,
+            self.config.server.retry_after_s,
+            self.refusals,
+            time.monotonic(),
         )
 
     async def _relay(self, opened: OpenStream, stops: list[str]) -> AsyncIterator[dict]:
@@ -204,11 +240,17 @@ class Ingress:
         priority: str = "interactive",
         **sampling,
     ) -> AsyncIterator[dict]:
-        req = p.CompletionRequest(
-            prompt=prompt, max_tokens=max_tokens, priority=priority, **sampling
-        )
+        unknown = sorted(set(sampling) - HANDLE_SAMPLING_KEYS)
+        if unknown:  # HTTP ignores unknown fields (SDK upgrades); a Python caller made a typo
+            raise p.ApiError(
+                400,
+                f"unknown argument(s) {unknown}; allowed: {sorted(HANDLE_SAMPLING_KEYS)}",
+                param=unknown[0],
+            )
+        body = {"prompt": prompt, "max_tokens": max_tokens, "priority": priority, **sampling}
+        req = validate(p.CompletionRequest, body)
         ids = self._encode_prompt(req.prompt)
-        opened = await self._open(ids, self._params(req, len(ids)), req.priority)
+        opened = await self._open(ids, self._params(req, len(ids)), req.priority or "interactive")
         async for item in self._relay(opened, req.stop):
             yield {
                 k: item[k]
@@ -224,12 +266,20 @@ class Ingress:
             }
 
 
+HANDLE_SAMPLING_KEYS = frozenset(
+    {"temperature", "top_p", "top_k", "seed", "stop", "ignore_eos", "max_completion_tokens"}
+)
+
+
 def check_api_key(ingress: Ingress, request: Request) -> None:
     if ingress.api_key is None:
         return
-    given = request.headers.get("authorization", "")
-    token = given.removeprefix("Bearer ").strip()
-    if not hmac.compare_digest(token.encode(), ingress.api_key.encode()):
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    # Digests of equal length: compare_digest is constant-time only for equal lengths, and
+    # comparing the raw strings would leak the key's length.
+    given = hashlib.sha256(token.strip().encode("utf-8", "replace")).digest()
+    expected = hashlib.sha256(ingress.api_key.encode()).digest()
+    if not (hmac.compare_digest(given, expected) and scheme.lower() == "bearer"):
         raise p.ApiError(
             401,
             "invalid or missing API key (Authorization: Bearer ...)",
@@ -239,21 +289,43 @@ def check_api_key(ingress: Ingress, request: Request) -> None:
 
 
 async def read_json(ingress: Ingress, request: Request) -> dict:
-    """The body, size-capped before parsing; malformed JSON is a 400, not a 500."""
+    """The body, size-capped while it is read (a chunked upload declares no length, so the cap
+    is enforced on the bytes received); malformed JSON is a 400, not a 500."""
     cap = ingress.config.server.max_body_bytes
-    declared = int(request.headers.get("content-length") or 0)
+    try:
+        declared = int(request.headers.get("content-length") or 0)
+    except ValueError:
+        raise p.ApiError(400, "content-length is not an integer", param="content-length") from None
     if declared > cap:
-        raise p.ApiError(413, f"request body of {declared} bytes exceeds the {cap}-byte limit")
-    raw = await request.body()
-    if len(raw) > cap:
-        raise p.ApiError(413, f"request body of {len(raw)} bytes exceeds the {cap}-byte limit")
+        raise _too_large(declared, cap)
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > cap:
+            raise _too_large(len(raw), cap)
+    return parse_json_object(bytes(raw))
+
+
+def parse_json_object(raw: bytes) -> dict:
     try:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise p.ApiError(400, f"body is not valid JSON: {err}") from None
+    except RecursionError:  # "[[[[..." a million deep fits under the size cap
+        raise p.ApiError(400, "body is not valid JSON: nested too deeply") from None
+    except ValueError as err:  # e.g. an integer of more than 4300 digits
+        raise p.ApiError(400, f"body is not valid JSON: {err}") from None
     if not isinstance(body, dict):
-        raise p.ApiError(400, "body must be a JSON object")
+        raise p.ApiError(400, f"body must be a JSON object, not {type(body).__name__}")
     return body
+
+
+def _too_large(num_bytes: int, cap: int) -> p.ApiError:
+    return p.ApiError(
+        413,
+        f"request body of {num_bytes} bytes exceeds the {cap}-byte limit (server.max_body_bytes)",
+        code="request_too_large",
+    )
 
 
 def sse(obj: dict | str) -> str:

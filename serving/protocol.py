@@ -49,6 +49,17 @@ class ApiError(Exception):
         return f"{self.status} {self.type}: {self.message}"
 
 
+def check_model_name(requested: str | None, served: str) -> None:
+    """404 model_not_found unless the request names the served model (or names none)."""
+    if requested and requested != served:
+        raise ApiError(
+            404,
+            f"model {requested!r} does not exist; this server serves {served!r}",
+            param="model",
+            code="model_not_found",
+        )
+
+
 def _rebuild_api_error(status: int, message: str, kwargs: dict) -> ApiError:
     return ApiError(status, message, **kwargs)
 
@@ -106,6 +117,8 @@ class _SamplingFields(BaseModel):
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         if len(stops) > 4 or any(not s for s in stops):
             raise ValueError("stop takes up to 4 non-empty strings")
+        for s in stops:
+            _valid_unicode("stop", s)
         return stops
 
     def requested_max_tokens(self) -> int | None:
@@ -125,6 +138,8 @@ class CompletionRequest(_SamplingFields):
             self.prompt = p[0]
         if not self.prompt:
             raise ValueError("prompt is empty")
+        if isinstance(self.prompt, str):
+            _valid_unicode("prompt", self.prompt)
         if self.echo:
             raise ValueError("echo is not supported")
         return self
@@ -141,6 +156,16 @@ class ChatMessage(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
 
+    @field_validator("content")
+    @classmethod
+    def _encodable(cls, content: str | list[TextPart] | None):
+        parts = content if isinstance(content, list) else [content]
+        for part in parts:
+            text = part.text if isinstance(part, TextPart) else part
+            if text:
+                _valid_unicode("content", text)
+        return content
+
     def text(self) -> str:
         if isinstance(self.content, list):
             return "".join(part.text for part in self.content)
@@ -156,6 +181,17 @@ class ChatCompletionRequest(_SamplingFields):
         if not messages:
             raise ValueError("messages must hold at least one message")
         return messages
+
+
+def _valid_unicode(where: str, text: str) -> str:
+    """JSON may carry lone surrogates ("\\ud800") that no tokenizer can encode: a 400, not a 500."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(
+            f"{where} holds invalid Unicode at position {err.start} (a lone surrogate)"
+        ) from None
+    return text
 
 
 def new_id(prefix: str) -> str:

@@ -9,16 +9,20 @@ replica it is stopping and waits up to graceful_shutdown_timeout_s for in-flight
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 
-from serving.admission import admit
+from serving.admission import admit, max_in_replica
 from serving.config import AppConfig
 from serving.engine import LLMEngine, RequestTimeoutError, SamplingParams
 
 log = logging.getLogger("ray.serve")
 
 SELF_CHECK_PROMPT = "The capital of France is"
+# Set to "1" in a deployment's runtime_env to make its replicas fail warm-up (tests of R10: a
+# replica that fails its self-check must never receive traffic).
+FAIL_SELF_CHECK_ENV = "TIDESERVE_FAIL_SELF_CHECK"
 
 
 class ModelReplica:
@@ -33,14 +37,19 @@ class ModelReplica:
         torch.set_num_threads(self.config.replica.torch_threads)
         started = time.monotonic()
         path = resolve_model_dir(self.config.model.source)
-        self.engine = LLMEngine.from_pretrained(path, self.config.engine)
+        self.engine = LLMEngine.from_pretrained(
+            path, self.config.engine, trust_remote_code=self.config.model.trust_remote_code
+        )
         self.self_check()
         self.warmup_s = time.monotonic() - started
         self.metrics = ReplicaMetrics(pool)
+        self.reporter = _controller_reporter(pool)
         log.info("%s replica ready in %.1f s (model %s)", pool, self.warmup_s, path)
 
     def self_check(self) -> None:
         """Generate a few tokens end to end; a replica that cannot is never marked ready."""
+        if os.environ.get(FAIL_SELF_CHECK_ENV) == "1":  # fault injection for the hardening tests
+            raise RuntimeError(f"self-check failed: injected by {FAIL_SELF_CHECK_ENV}=1")
         params = SamplingParams(max_tokens=self.config.replica.warmup_max_tokens, temperature=0)
         (out,) = self.engine.generate([SELF_CHECK_PROMPT], params)
         if not out.token_ids or out.finish_reason not in ("stop", "length"):
@@ -63,6 +72,8 @@ class ModelReplica:
             "kv_blocks_reserved": stats.num_kv_blocks_reserved,
             "running": stats.num_running,
             "waiting": stats.num_waiting,
+            "live_requests": self.engine.num_live_requests,
+            "pid": os.getpid(),
         }
 
     async def check_health(self) -> None:
@@ -74,6 +85,10 @@ class ModelReplica:
 
         stats = self.engine.stats()
         self.metrics.update_engine(stats, self._avg_seq_len())
+        if self.reporter is not None:  # the forecast controller's queue signals (R9 emergency)
+            self.reporter.report(
+                stats.num_waiting, stats.num_running, stats.queue_wait_p99_s, stats.kv_use_fraction
+            )
         return routing_stats_from_engine(stats, queued_tokens=self._queued_tokens())
 
     def _queued_tokens(self) -> int:
@@ -102,6 +117,7 @@ class ModelReplica:
             tier_cfg.max_waiting,
             self.config.engine.offline_idle_fraction,
             self.config.server.retry_after_s,
+            max_in_replica(tier, self.config.replica.max_ongoing_requests),
         )
         if not decision.admitted:
             yield {
@@ -146,3 +162,16 @@ class ModelReplica:
             return
         if first_s is not None:
             self.metrics.observe_request(tier, first_s, time.monotonic() - arrived, queue_wait_s)
+
+
+def _controller_reporter(pool: str):
+    """Pushes this replica's queue numbers to its app's forecast controller, if one runs."""
+    from ray import serve
+
+    from autoscaling.reporter import ControllerReporter
+
+    try:
+        ctx = serve.get_replica_context()
+    except Exception:  # built outside Serve (unit tests): nobody to report to
+        return None
+    return ControllerReporter(ctx.app_name, pool, ctx.replica_id.unique_id)

@@ -128,3 +128,43 @@ def save_tiny_model_dir(path: str | os.PathLike, arch: str = "llama", seed: int 
         data["eos_token_id"] = model.config.eos_token_id
         gen.write_text(json.dumps(data))
     return path
+
+
+def save_tiny_embedding_dir(path: str | os.PathLike, seed: int = 0, max_seq_length: int = 64):
+    """A tiny random BERT laid out as a sentence-transformers dir (mean pooling, normalize)."""
+    from transformers import BertConfig, BertModel
+
+    path = pathlib.Path(path)
+    cfg = BertConfig(
+        vocab_size=TINY_VOCAB_SIZE,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        pad_token_id=0,
+    )
+    torch.manual_seed(seed)
+    BertModel(cfg).eval().save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {
+            "idx": 1,
+            "name": "1",
+            "path": "1_Pooling",
+            "type": "sentence_transformers.models.Pooling",
+        },
+        {
+            "idx": 2,
+            "name": "2",
+            "path": "2_Normalize",
+            "type": "sentence_transformers.models.Normalize",
+        },
+    ]
+    (path / "modules.json").write_text(json.dumps(modules))
+    (path / "1_Pooling").mkdir(exist_ok=True)
+    pooling = {"word_embedding_dimension": 32, "pooling_mode_mean_tokens": True}
+    (path / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    (path / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq_length}))
+    return path

@@ -87,14 +87,21 @@ class LLMEngine:
 
     @classmethod
     def from_pretrained(
-        cls, path_or_model, config: EngineConfig | None = None, tokenizer=None, **kw
+        cls,
+        path_or_model,
+        config: EngineConfig | None = None,
+        tokenizer=None,
+        trust_remote_code: bool = False,
+        **kw,
     ) -> LLMEngine:
-        """Load a model directory / hub id (already on disk), or wrap a loaded model."""
+        """Load a model directory / hub id (already on disk), or wrap a loaded model.
+        A directory's own modelling code runs only with trust_remote_code=True."""
         cfg = config or EngineConfig()
         device = loader.resolve_device(cfg.device)
         dtype = loader.resolve_dtype(cfg.dtype, device)
-        model = loader.load_model(path_or_model, dtype, device)
-        return cls(model, loader.load_tokenizer(path_or_model, tokenizer), cfg, **kw)
+        model = loader.load_model(path_or_model, dtype, device, trust_remote_code)
+        tok = loader.load_tokenizer(path_or_model, tokenizer, trust_remote_code)
+        return cls(model, tok, cfg, **kw)
 
     # ----- requests ------------------------------------------------------------------------
     def encode(self, prompt: Prompt) -> list[int]:
@@ -203,7 +210,7 @@ class LLMEngine:
     def _account(self, batch, touched: list[Sequence], num_sampled: int, step_s: float) -> None:
         now = self.clock()
         for seq in batch.admitted:
-            self.tracker.record_queue_wait(seq.admitted_s - seq.arrival_s)
+            self.tracker.record_queue_wait(seq.admitted_s - seq.arrival_s, seq.tier.name.lower())
         self.tracker.num_preemptions += len(batch.preempted)
         self.tracker.num_timeouts += len(batch.timed_out)
         for seq in touched:
@@ -216,6 +223,11 @@ class LLMEngine:
             self.step_log.append(
                 StepTiming(len(batch.seqs), batch.num_tokens, step_s, self.runner.last_forward_s)
             )
+
+    @property
+    def num_live_requests(self) -> int:
+        """Requests submitted and not yet finished or aborted (0 when nothing leaked)."""
+        return len(self._live)
 
     def has_unfinished(self) -> bool:
         return bool(self._inbox) or self.scheduler.has_unfinished()
@@ -307,6 +319,7 @@ class LLMEngine:
             num_preemptions=self.tracker.num_preemptions,
             num_finished=self.tracker.num_finished,
             num_timeouts=self.tracker.num_timeouts,
+            queue_wait_p50_by_tier=self.tracker.queue_wait_p50_by_tier(),
         )
 
     def _waiting_by_tier(self) -> dict[str, int]:

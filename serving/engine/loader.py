@@ -31,24 +31,33 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return getattr(torch, name)
 
 
-def load_model(path_or_model, dtype: torch.dtype, device: torch.device):
-    """A loaded model passes through (moved and cast); a path or hub id is loaded from disk."""
+def load_model(
+    path_or_model, dtype: torch.dtype, device: torch.device, trust_remote_code: bool = False
+):
+    """A loaded model passes through (moved and cast); a path or hub id is loaded from disk.
+
+    trust_remote_code is passed explicitly: a model directory's own Python code runs only when
+    the operator opted in (model.trust_remote_code), and transformers never prompts for it."""
     from transformers import AutoModelForCausalLM
 
     if isinstance(path_or_model, str | os.PathLike):
-        model = AutoModelForCausalLM.from_pretrained(str(path_or_model), dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path_or_model), dtype=dtype, trust_remote_code=trust_remote_code
+        )
     else:
         model = path_or_model
     return model.to(device=device, dtype=dtype).eval()
 
 
-def load_tokenizer(path_or_model, tokenizer):
+def load_tokenizer(path_or_model, tokenizer, trust_remote_code: bool = False):
     if tokenizer is not None or not isinstance(path_or_model, str | os.PathLike):
         return tokenizer
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(str(path_or_model))
+        return AutoTokenizer.from_pretrained(
+            str(path_or_model), trust_remote_code=trust_remote_code
+        )
     except (OSError, ValueError) as err:  # weights without a tokenizer still serve token ids
         log.warning("no tokenizer at %s (%s); only token-id prompts will work", path_or_model, err)
         return None

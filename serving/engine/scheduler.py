@@ -5,7 +5,9 @@ One step's order (each stage only uses the token budget the earlier ones left):
   2. running decodes, one token each, so they never stall behind a long prompt;
   3. running sequences still prefilling, in admission order, one chunk each;
   4. admission: interactive, then analytical, then offline (only while KV use is below
-     offline_idle_fraction), FIFO within a tier, while the concurrency window and the ledger allow.
+     offline_idle_fraction, and on at most that fraction of the concurrency window, so the rest
+     of the slots stay free for interactive work arriving next), FIFO within a tier, while the
+     concurrency window and the ledger allow.
 A tier's head that does not fit stops admission for every lower tier too: no overtaking.
 """
 
@@ -147,6 +149,8 @@ class Scheduler:
                 )
                 if len(self.running) >= limit:
                     return budget
+                if tier is Tier.OFFLINE and self._num_offline() >= self._offline_cap(limit):
+                    return budget
                 seq = queue[0]
                 chunk = min(seq.num_uncomputed_tokens, budget)
                 if not self.ledger.can_admit(seq, chunk):
@@ -164,6 +168,14 @@ class Scheduler:
                 chunks.append((seq, chunk))
                 budget -= chunk
         return budget
+
+    def _num_offline(self) -> int:
+        return sum(1 for s in self.running if s.tier is Tier.OFFLINE)
+
+    def _offline_cap(self, limit: int) -> int:
+        """Offline's share of the window: a flood of night jobs cannot take every slot, so an
+        interactive request finds one free instead of waiting for a long offline job to end."""
+        return int(self.config.offline_idle_fraction * limit)
 
     # ----- preemption (on_demand only) -----------------------------------------------------
     def _grow_or_preempt(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +21,9 @@ class EngineStats:
     num_preemptions: int
     num_finished: int
     num_timeouts: int
+    # Per tier: an interactive request is not delayed by an offline backlog (it is admitted
+    # first), so its admission must not be judged by offline's long waits.
+    queue_wait_p50_by_tier: dict[str, float] = field(default_factory=dict)
 
     @property
     def num_running(self) -> int:
@@ -52,6 +55,8 @@ class StatsTracker:
         self.window_s = window_s
         self._tokens: deque[tuple[float, int]] = deque()
         self._waits: deque[float] = deque(maxlen=max_waits)
+        self._max_waits = max_waits
+        self._waits_by_tier: dict[str, deque[float]] = {}
         self.num_preemptions = 0
         self.num_finished = 0
         self.num_timeouts = 0
@@ -61,8 +66,14 @@ class StatsTracker:
         while self._tokens and self._tokens[0][0] < now - self.window_s:
             self._tokens.popleft()
 
-    def record_queue_wait(self, wait_s: float) -> None:
+    def record_queue_wait(self, wait_s: float, tier: str | None = None) -> None:
         self._waits.append(wait_s)
+        if tier is not None:
+            waits = self._waits_by_tier.setdefault(tier, deque(maxlen=self._max_waits))
+            waits.append(wait_s)
+
+    def queue_wait_p50_by_tier(self) -> dict[str, float]:
+        return {tier: percentile(list(w), 50) for tier, w in list(self._waits_by_tier.items())}
 
     def tokens_per_s(self, now: float) -> float:
         # list() copies in one C call under the GIL: safe while the engine thread appends.

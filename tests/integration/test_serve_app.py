@@ -16,63 +16,11 @@ import httpx
 import pytest
 
 from serving.testing import save_tiny_model_dir
+from tests.integration.serve_helpers import app_args, deploy
 
 pytestmark = pytest.mark.integration
 
 APP = "tideserve"
-
-
-def app_args(model_dir, **overrides) -> dict:
-    args = {
-        "model": {"source": str(model_dir), "served_name": "tiny"},
-        "engine": {
-            "kv_cache_bytes": 8 * 2**20,
-            "max_model_len": 512,
-            "block_size_tokens": 16,
-            "max_num_seqs": 16,
-            "min_num_seqs": 4,
-        },
-        "pools": {
-            "hot": {"num_replicas": 1},
-            "cold": {"min_replicas": 0, "max_replicas": 2, "initial_replicas": 1},
-        },
-        "replica": {
-            "num_cpus": 0,
-            "torch_threads": 1,
-            "graceful_shutdown_timeout_s": 20,
-            "health_check_period_s": 2,
-        },
-    }
-    for section, values in overrides.items():
-        args.setdefault(section, {}).update(values)
-    return args
-
-
-def deploy(args, name=APP, route_prefix="/"):
-    from ray import serve
-
-    from serving.app import build_app
-
-    serve.run(build_app(args), name=name, route_prefix=route_prefix, blocking=False)
-    wait_ready(name)
-
-
-def wait_ready(name: str, timeout_s: float = 180.0) -> None:
-    """Running, and the ingress sees both pools (its watcher polls every 2 s)."""
-    from ray import serve
-
-    handle = serve.get_app_handle(name)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        status = serve.status().applications.get(name)
-        if status is not None and str(status.status).endswith("RUNNING"):
-            try:
-                handle.generate.remote("warm", max_tokens=1).result(timeout_s=30)
-                return
-            except Exception:
-                pass
-        time.sleep(1.0)
-    raise TimeoutError(f"app {name} not ready after {timeout_s} s: {serve.status()}")
 
 
 @pytest.fixture(scope="module")

@@ -67,12 +67,13 @@ def test_shipped_cluster_yaml_is_valid_for_ray_serve():
 
     doc = yaml.safe_load(CLUSTER_YAML.read_text())
     schema = ServeDeploySchema.model_validate(doc)
-    (app,) = schema.applications
+    app, embed = schema.applications  # the LLM, and the embedding app (issue 6)
     assert (app.name, app.route_prefix, app.import_path) == (
         "tideserve",
         "/",
         "serving.app:build_app",
     )
+    assert (embed.name, embed.route_prefix) == ("embeddings", "/embed")
     assert schema.http_options.host == "127.0.0.1"
     assert schema.http_options.port == 8000
 
@@ -82,7 +83,10 @@ def test_commented_examples_in_cluster_yaml_are_valid():
     lines = CLUSTER_YAML.read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.strip() == "# tiers:")
     # "      #   interactive: ..." -> "  interactive: ...": drop the indent, the "#" and one space.
-    block = "\n".join(line.strip().removeprefix("# ") for line in lines[start:])
+    # ...up to the next application (the first line indented less than the args block)
+    ends = (i for i in range(start, len(lines)) if lines[i].strip() and lines[i][:6].strip())
+    end = next(ends, None)
+    block = "\n".join(line.strip().removeprefix("# ") for line in lines[start:end])
     args = yaml.safe_load(block)
     cfg = AppConfig.from_args(args)
     assert cfg.controller.lead_overrides == (LeadOverride("07:30", "09:00", 1800.0),)
@@ -91,7 +95,8 @@ def test_commented_examples_in_cluster_yaml_are_valid():
 def test_missing_file_and_missing_app_are_named(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"nope\.yaml"):
         load_cluster_yaml(tmp_path / "nope.yaml")
-    with pytest.raises(ValueError, match=r"no application named 'other'; found \['tideserve'\]"):
+    found = r"found \['tideserve', 'embeddings'\]"
+    with pytest.raises(ValueError, match=r"no application named 'other'; " + found):
         load_cluster_yaml(CLUSTER_YAML, app_name="other")
     bad = tmp_path / "bad.yaml"
     bad.write_text("applications:\n  - name: tideserve\n    args: {engine: {max_num_seqz: 3}}\n")

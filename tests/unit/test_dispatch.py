@@ -131,3 +131,26 @@ def test_final_flushes_held_text():
     cut = StopStrings(["xyz"])
     assert cut.feed("abx", final=False) == "a"
     assert cut.feed("", final=True) == "bx" and not cut.stopped
+
+
+def test_a_recent_refusal_of_a_lower_tier_is_remembered_briefly():
+    from serving.dispatch import RefusalMemo
+
+    memo = RefusalMemo(hold_s=0.5)
+    cold, hot = FakeHandle([REFUSED]), FakeHandle([REFUSED])
+    handles, available = {"hot": hot, "cold": cold}, {"hot": True, "cold": True}
+
+    def attempt(tier, now):
+        return asyncio.run(open_stream(handles, available, {"tier": tier}, 2.0, memo, now))
+
+    with pytest.raises(ApiError):
+        attempt("offline", now=10.0)
+    assert (cold.calls, hot.calls) == (1, 1)
+    with pytest.raises(ApiError) as info:
+        attempt("offline", now=10.4)  # within the hold: answered without asking the replicas
+    assert (cold.calls, hot.calls) == (1, 1) and info.value.status == 429
+    with pytest.raises(ApiError):
+        attempt("interactive", now=10.4)  # interactive always asks
+    assert (cold.calls, hot.calls) == (2, 2)
+    hot.items = [DELTA]
+    assert attempt("offline", now=10.6).pool == "hot"  # the hold has passed

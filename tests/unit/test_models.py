@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -110,11 +109,14 @@ def test_embedded_smollm2_answers_paris(request):
     path = resolve_model_dir(EMBEDDED, cache)
     assert path.parent == cache
 
-    start = time.perf_counter()
+    # A second resolve reuses the cache instead of converting again (load speed is a benchmark's
+    # business, not a unit test's: a timed assert here failed on a loaded machine).
+    stamps = {f.name: f.stat().st_mtime_ns for f in path.iterdir()}
+    assert resolve_model_dir(EMBEDDED, cache) == path
+    assert {f.name: f.stat().st_mtime_ns for f in path.iterdir()} == stamps
     engine = LLMEngine.from_pretrained(
         path, EngineConfig(max_model_len=512, kv_cache_bytes=64 * 2**20)
     )
-    assert time.perf_counter() - start < 5.0
 
     tok = engine.tokenizer
     assert tok.chat_template and "<|im_start|>" in tok.chat_template

@@ -70,6 +70,16 @@ def test_offline_runs_only_on_idle_capacity():
     assert ids(step(s)) == ["night-job"]
 
 
+def test_offline_takes_at_most_its_idle_share_of_the_concurrency_window():
+    s = make(max_num_seqs=4, min_num_seqs=4, offline_idle_fraction=0.5)
+    for i in range(5):
+        s.add(req(f"night{i}", tier=Tier.OFFLINE, max_tokens=50))
+    assert ids(step(s)) == ["night0", "night1"]  # 2 of 4 slots, though KV and slots are free
+    s.add(req("user", max_tokens=50))
+    assert ids(step(s))[-1] == "user"  # a free slot was waiting for it
+    assert s.num_waiting(Tier.OFFLINE) == 3
+
+
 def test_long_prompt_is_chunked_and_never_stalls_decodes():
     s = make(max_num_batched_tokens=8, num_blocks=128)
     s.add(req("short", prompt_len=3, max_tokens=50))

@@ -1,0 +1,5 @@
+import sys
+
+from autoscaling.cli import main
+
+sys.exit(main())

@@ -1,0 +1,121 @@
+"""`python -m autoscaling <command>`: replay (trace simulator), status (live controller)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from autoscaling.replay import POLICIES
+
+
+def _add_replay(sub) -> None:
+    p = sub.add_parser("replay", help="replay a trace through tideserve's policy and baselines")
+    p.add_argument("--trace", required=True, help="Azure per-request CSV or ServeGen rate CSV")
+    p.add_argument("--config", default="cluster.yaml", help="Ray Serve config with our args")
+    p.add_argument("--app", default="tideserve", help="application name in the config")
+    p.add_argument("--policy", action="append", choices=POLICIES, help="repeat; default: all")
+    p.add_argument("--scale-to-peak-replicas", type=int, default=None)
+    p.add_argument("--cold-start-s", type=float, default=120.0)
+    p.add_argument("--train-days", type=float, default=0.0)
+    p.add_argument(
+        "--replica-capacity-rps",
+        type=float,
+        default=None,
+        help="override controller.replica_capacity_rps",
+    )
+    p.add_argument("--profile", default=None, help="capacity profile JSON (python -m capacity)")
+    p.add_argument("--avg-input-tokens", type=float, default=1000.0)
+    p.add_argument("--avg-output-tokens", type=float, default=200.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, help="write the report here")
+    p.add_argument("--plot", default=None, help="write the timeline PNG here")
+    p.set_defaults(func=cmd_replay)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m autoscaling")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_replay(sub)
+    from autoscaling.status_cli import add_status_parser  # the live controller (5B)
+
+    add_status_parser(sub)
+    return parser
+
+
+def _service(args, app_cfg):
+    from autoscaling.service import ServiceModel
+
+    if args.profile:
+        from capacity.calibrate import Profile
+
+        return ServiceModel.from_profile(
+            Profile.load(args.profile),
+            app_cfg.engine.max_num_seqs,
+            args.avg_input_tokens,
+            args.avg_output_tokens,
+        )
+    cap = args.replica_capacity_rps or app_cfg.controller.replica_capacity_rps
+    return ServiceModel(
+        cap, source="simple model, capacity from cluster.yaml or --replica-capacity-rps"
+    )
+
+
+def cmd_replay(args) -> int:
+    from autoscaling.policy import PolicyConfig
+    from autoscaling.replay import ReplaySettings, run_replay
+    from autoscaling.traces import load_trace
+    from serving.config import load_cluster_yaml
+
+    app_cfg = load_cluster_yaml(args.config, args.app)
+    service = _service(args, app_cfg)
+    cfg = PolicyConfig.from_app_config(app_cfg, replica_capacity_rps=service.replica_capacity_rps)
+    settings = ReplaySettings(
+        policies=tuple(args.policy or POLICIES),
+        scale_to_peak_replicas=args.scale_to_peak_replicas,
+        cold_start_s=args.cold_start_s,
+        train_days=args.train_days,
+        interval_s=max(round(app_cfg.controller.interval_s), 1),
+        seed=args.seed,
+    )
+    report, results, prep = run_replay(load_trace(args.trace), cfg, service, settings)
+    print(format_report(report))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    if args.plot:
+        from autoscaling.plot import plot_timeline
+
+        Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
+        plot_timeline(report, results, prep, args.plot)
+    return 0
+
+
+def format_report(report: dict) -> str:
+    lines = [
+        f"trace {report['trace']} ({report['trace_kind']}), judged "
+        f"{report['judged_span_s'] / 86400:.2f} days after {report['train_days']} training days; "
+        f"scale x{report['scale']:.4g}; {report['num_gap_windows']} gap windows (not scored)",
+        f"model: {report['service_model']}; arrivals: {report['arrival_model']}; "
+        f"step {report['step_s']:.0f} s, controllers tick every {report['interval_s']} s",
+        f"{'policy':<12} {'GPU-h':>9} {'SLO ok':>8} {'viol. req':>11} {'TTFT p99':>9} "
+        f"{'events':>7} {'hot':>4} {'max':>4}",
+    ]
+    for r in report["policies"]:
+        lines.append(
+            f"{r['name']:<12} {r['gpu_hours']:>9.1f} {100 * r['slo_attainment']:>7.2f}% "
+            f"{r['num_slo_violations']:>11.0f} {r['ttft_p99_s']:>8.2f}s "
+            f"{r['num_scale_events']:>7} {r['hot_replicas']:>4} {r['max_replicas']:>4}"
+        )
+    lines.append(f"wall {report['wall_s']:.1f} s")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2

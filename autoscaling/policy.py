@@ -1,0 +1,177 @@
+"""The hot/cold scaling policy: `decide(snapshot, state, cfg, now_s) -> (Decision, state)` (pure).
+
+The hot pool is constant (R5/R9). The cold pool follows the forecast:
+
+    needed   = ceil(peak over [now, now + lead + horizon] x headroom / (capacity x utilisation))
+    cold     = clamp(needed - hot, min_cold, max_cold)
+    lead     = window override, else measured p95 cold start + margin, else cfg.lead_s
+
+* Scale-up is immediate: a forecast that needs more replicas gets them now.
+* Emergency (Knative's panic mode): when the queue wait or the queue depth passes half the TTFT
+  SLO (depth measured in seconds of pool capacity), scale up at once to what the observed rate
+  plus draining the queue needs, and hold off any scale-down for `panic_hold_s`.
+* Scale-down is the max recommendation over the last `stabilization_window_s` (the Kubernetes HPA
+  rule), so a dip must last a whole window before replicas go; the controller then drains them.
+
+Every decision carries a one-line reason. State holds only recent recommendations and the panic
+deadline; time always comes in as `now_s`, so tests step time by hand.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from autoscaling.forecast import Forecast
+from autoscaling.policy_config import PolicyConfig
+
+__all__ = ["Decision", "PolicyConfig", "PolicyState", "Snapshot", "decide", "lead_s_for"]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What the controller saw at one tick."""
+
+    hot_replicas: int  # hot replicas up (ready)
+    cold_ready: int
+    cold_starting: int  # requested, not yet ready
+    rate_rps: float  # observed arrival rate over the last interval
+    queue_depth: int  # requests waiting for a slot, all replicas together
+    queue_wait_s: float  # oldest (or p99) queue wait right now
+    forecast: Forecast
+    cold_start_p95_s: float | None = None  # measured; None until a cold start was seen
+    lead_s: float | None = None  # per-time-window override in force (cluster.yaml), if any
+
+    @property
+    def cold_current(self) -> int:
+        return self.cold_ready + self.cold_starting
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyState:
+    # (time, recommended cold replicas) over the last stabilisation window, oldest first
+    recent: tuple[tuple[float, int], ...] = ()
+    panic_until_s: float = -math.inf
+    cold_target: int | None = None  # last target set (None: not yet decided)
+
+    @classmethod
+    def initial(cls) -> PolicyState:
+        return cls()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "recent": [list(x) for x in self.recent],
+            "panic_until_s": None if math.isinf(self.panic_until_s) else self.panic_until_s,
+            "cold_target": self.cold_target,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PolicyState:
+        panic = d.get("panic_until_s")
+        return cls(
+            recent=tuple((float(t), int(n)) for t, n in d.get("recent", ())),
+            panic_until_s=-math.inf if panic is None else float(panic),
+            cold_target=d.get("cold_target"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    hot_target: int
+    cold_target: int
+    reason: str
+    emergency: bool = False
+    lead_s: float = 0.0  # the lead the decision planned for
+    needed_replicas: int = 0  # total replicas the forecast (or the emergency) asked for
+    details: dict[str, float] = field(default_factory=dict)
+
+
+def lead_s_for(
+    cfg: PolicyConfig, cold_start_p95_s: float | None, override_s: float | None
+) -> float:
+    """How far ahead to look: the window override, else measured p95 cold start + margin."""
+    if override_s is not None:
+        return float(override_s)
+    if cold_start_p95_s is not None:
+        return float(cold_start_p95_s) + cfg.cold_start_margin_s
+    return cfg.lead_s
+
+
+def _replicas_for(rate_rps: float, cfg: PolicyConfig) -> int:
+    per_replica = cfg.replica_capacity_rps * cfg.target_utilization
+    return math.ceil(max(rate_rps, 0.0) / per_replica - 1e-9)
+
+
+def _emergency_need(snap: Snapshot, cfg: PolicyConfig) -> tuple[int, str] | None:
+    """Replicas the observed load needs right now when the queue passes half the SLO, else None."""
+    capacity_rps = max(snap.hot_replicas + snap.cold_ready, 1) * cfg.replica_capacity_rps
+    depth_s = snap.queue_depth / capacity_rps  # queue in seconds of current capacity
+    limit_s = cfg.panic_queue_fraction * cfg.ttft_slo_s
+    if snap.queue_wait_s <= limit_s and depth_s <= limit_s:
+        return None
+    what = f"queue wait {snap.queue_wait_s:.2f} s" if snap.queue_wait_s > limit_s else ""
+    what = what or f"queue depth {snap.queue_depth} ({depth_s:.2f} s of capacity)"
+    # Serve the observed rate and drain, within panic_drain_s, the backlog plus what will pile up
+    # until the new replicas are ready (one cold start at the current shortfall).
+    cold_start_s = snap.cold_start_p95_s if snap.cold_start_p95_s is not None else cfg.lead_s
+    shortfall_rps = max(snap.rate_rps - capacity_rps, 0.0)
+    backlog = snap.queue_depth + shortfall_rps * cold_start_s
+    rate = snap.rate_rps + backlog / cfg.panic_drain_s
+    need = max(_replicas_for(rate, cfg), snap.hot_replicas + snap.cold_current + 1)
+    return need, f"{what} > {limit_s:.2f} s (half the TTFT SLO)"
+
+
+def decide(
+    snap: Snapshot, state: PolicyState, cfg: PolicyConfig, now_s: float
+) -> tuple[Decision, PolicyState]:
+    hot = cfg.hot_replicas
+    lead = lead_s_for(cfg, snap.cold_start_p95_s, snap.lead_s)
+    fc = snap.forecast
+    headroom = min(max(fc.burst_factor, 1.0), cfg.max_burst_headroom)
+    planned_rps = max(fc.peak_rps * headroom, snap.rate_rps)
+    needed = _replicas_for(planned_rps, cfg)
+    want = min(max(needed - hot, cfg.min_cold_replicas), cfg.max_cold_replicas)
+    why = (
+        f"forecast peak {fc.peak_rps:.0f} rps x headroom {headroom:.2f} within "
+        f"{lead:.0f}+{cfg.horizon_s:.0f} s ({fc.basis}) needs {needed} replicas"
+    )
+    emergency = _emergency_need(snap, cfg)
+    panic_until = state.panic_until_s
+    if emergency is not None:
+        need, what = emergency
+        want = min(max(want, need - hot), cfg.max_cold_replicas)
+        panic_until = now_s + cfg.panic_hold_s
+        why = f"EMERGENCY {what}; observed {snap.rate_rps:.0f} rps needs {need} replicas"
+    window_start = now_s - cfg.stabilization_window_s
+    recent = (*(x for x in state.recent if x[0] > window_start), (now_s, want))
+    current = snap.cold_current if state.cold_target is None else state.cold_target
+    target = want
+    if want < current:
+        held = max(n for _, n in recent)  # the HPA rule: max recommendation in the window
+        if now_s < panic_until:
+            target = current
+            why += f"; hold {current} cold (panic hold until {panic_until - now_s:.0f} s)"
+        elif held > want:
+            target = min(held, current)
+            why += f"; scale-down to {want} waits for the {cfg.stabilization_window_s:.0f} s window"
+        warming = snap.cold_ready + snap.cold_starting
+        if snap.cold_starting and target < min(warming, current):
+            # A replica still starting was asked for by an earlier forecast; cancelling it wastes
+            # its launch (a whole node, on an autoscaled cluster) and flaps when the forecast dips
+            # for one tick before a ramp. Let it finish; the window decides once it is ready.
+            target = min(warming, current)
+            why += f"; keeps {snap.cold_starting} cold replica(s) that are still starting"
+    target = min(max(target, cfg.min_cold_replicas), cfg.max_cold_replicas)
+    arrow = f"cold {current}->{target}" if target != current else f"cold stays {target}"
+    decision = Decision(
+        hot_target=hot,
+        cold_target=target,
+        reason=f"{arrow}: {why}",
+        emergency=emergency is not None,
+        lead_s=lead,
+        needed_replicas=needed if emergency is None else emergency[0],
+        details={"planned_rps": planned_rps, "headroom": headroom},
+    )
+    new_state = replace(state, recent=recent, panic_until_s=panic_until, cold_target=target)
+    return decision, new_state

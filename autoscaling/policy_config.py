@@ -1,0 +1,74 @@
+"""PolicyConfig: the validated, frozen settings of the hot/cold policy (autoscaling/policy.py).
+
+Its cluster.yaml face is the `controller` section plus `pools` and the interactive tier's TTFT SLO;
+`PolicyConfig.from_app_config(app_cfg)` maps them. Errors name the field, the value and the range.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from serving._validate import check_order, check_range
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    _owner = "PolicyConfig"
+
+    replica_capacity_rps: float  # requests/s one replica sustains within the TTFT SLO
+    hot_replicas: int = 1  # always on (R5); the policy never changes it
+    min_cold_replicas: int = 0
+    max_cold_replicas: int = 2
+    ttft_slo_s: float = 1.0
+    target_utilization: float = 0.85  # plan replicas at this share of capacity (R6: 0.7-0.85)
+    lead_s: float = 900.0  # lead when no cold start was measured and no window override applies
+    cold_start_margin_s: float = 60.0  # added to the measured p95 cold start
+    horizon_s: float = 60.0  # also cover the forecast this long past the lead
+    stabilization_window_s: float = 600.0  # scale-down = max recommendation over this window
+    panic_queue_fraction: float = 0.5  # emergency when queue wait/depth > this x ttft_slo_s
+    panic_drain_s: float = 30.0  # an emergency sizes the pool to drain the queue this fast
+    panic_hold_s: float = 60.0  # no scale-down this long after an emergency (Knative: 60 s)
+    max_burst_headroom: float = 1.5  # cap on the forecaster's burst_factor used as headroom
+
+    def __post_init__(self) -> None:
+        o = self._owner
+        check_range(o, "replica_capacity_rps", self.replica_capacity_rps, 0.0, 1e9, lo_open=True)
+        check_range(o, "hot_replicas", self.hot_replicas, 1, None, integer=True)
+        check_range(o, "min_cold_replicas", self.min_cold_replicas, 0, None, integer=True)
+        check_range(o, "max_cold_replicas", self.max_cold_replicas, 0, None, integer=True)
+        check_order(
+            o,
+            ("min_cold_replicas", self.min_cold_replicas),
+            ("max_cold_replicas", self.max_cold_replicas),
+        )
+        check_range(o, "target_utilization", self.target_utilization, 0.0, 1.0, lo_open=True)
+        check_range(o, "panic_queue_fraction", self.panic_queue_fraction, 0.0, 1.0, lo_open=True)
+        check_range(o, "max_burst_headroom", self.max_burst_headroom, 1.0, 10.0)
+        for name in ("ttft_slo_s", "panic_drain_s"):
+            check_range(o, name, getattr(self, name), 0.0, 86400.0, lo_open=True)
+        for name in ("lead_s", "cold_start_margin_s", "horizon_s", "stabilization_window_s"):
+            check_range(o, name, getattr(self, name), 0.0, 7 * 86400.0)
+        check_range(o, "panic_hold_s", self.panic_hold_s, 0.0, 86400.0)
+        for name in ("replica_capacity_rps", "ttft_slo_s"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{o}.{name}={getattr(self, name)!r} must be finite")
+
+    @classmethod
+    def from_app_config(cls, app_cfg: Any, **overrides: Any) -> PolicyConfig:
+        """From a serving.config.AppConfig: pools, controller and the interactive TTFT SLO."""
+        ctl = app_cfg.controller
+        values: dict[str, Any] = dict(
+            replica_capacity_rps=ctl.replica_capacity_rps,
+            target_utilization=ctl.target_utilization,
+            hot_replicas=app_cfg.pools.hot.num_replicas,
+            min_cold_replicas=app_cfg.pools.cold.min_replicas,
+            max_cold_replicas=app_cfg.pools.cold.max_replicas,
+            ttft_slo_s=app_cfg.tiers["interactive"].ttft_p99_s,
+            lead_s=ctl.forecast_lead_s,
+            cold_start_margin_s=ctl.cold_start_margin_s,
+            stabilization_window_s=ctl.stabilization_window_s,
+        )
+        values.update(overrides)
+        return cls(**values)

@@ -1,0 +1,88 @@
+"""Overload and priority isolation, shortened for CI (benchmarks/hardening.py runs them at full
+length): 3x capacity gets 429 + Retry-After while the admitted keep their SLO, memory stays
+bounded, nothing crashes; an offline flood at 10x capacity is refused, not queued in front of
+interactive requests, which all succeed within their SLO.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from serving.loadgen import isolation_scenario, overload_scenario
+from serving.testing import SMALL_LLAMA, save_tiny_model_dir
+from tests.integration.serve_helpers import IDLE, app_args, deploy, wait_idle
+
+pytestmark = pytest.mark.integration
+
+PORT = 18720
+APP = "overload"
+TTFT_SLO_S = 1.0
+
+
+def overload_args(model_dir) -> dict:
+    """Two replicas of 2 sequences each: capacity is set by the engine, and 3x (10x offline)
+    of it stays below what the HTTP front door (proxy + ingress, Python, on the same 2 cores)
+    can answer; past ~40 requests/s here the front door itself saturates (see the README)."""
+    return app_args(
+        model_dir,
+        engine={"max_model_len": 256, "max_num_seqs": 2, "min_num_seqs": 2},
+        tiers={
+            "interactive": {"max_waiting": 1, "ttft_p99_s": TTFT_SLO_S},
+            "offline": {"max_waiting": 8},
+        },
+    )
+
+
+@pytest.fixture(scope="module")
+def served(ray_cluster, tmp_path_factory):
+    from ray import serve
+
+    model_dir = save_tiny_model_dir(tmp_path_factory.mktemp("m") / "small", **SMALL_LLAMA)
+    serve.start(http_options={"host": "127.0.0.1", "port": PORT})
+    deploy(overload_args(model_dir), APP, f"/{APP}")
+    yield {"url": f"http://127.0.0.1:{PORT}/{APP}/v1/completions"}
+    serve.shutdown()
+
+
+def test_three_times_capacity_gets_429s_and_the_admitted_keep_their_slo(served):
+    report = asyncio.run(
+        overload_scenario(served["url"], APP, duration_s=12, probe_s=4, concurrency=8)
+    )
+    print(report)
+    tier = report["tiers"]["interactive"]
+    refused = tier["statuses"].get("429", 0)
+    assert report["capacity_rps"] > 1
+    assert refused >= 0.2 * tier["num_sent"], tier  # the excess is refused, not queued
+    assert tier["retry_after_missing"] == 0
+    assert report["num_5xx_or_transport_errors"] == 0, tier
+    assert set(tier["statuses"]) <= {"200", "429"}, tier  # no error events inside streams
+    assert tier["ok_rps"] >= 0.6 * report["capacity_rps"], tier  # still serving at capacity
+    # Admitted requests' TTFT: p50 within the SLO; p99 within 2x of it here, where the client,
+    # the proxy, the ingress and both replicas share 2 cores and every refusal costs CPU too.
+    # benchmarks/hardening.py measures p99 against the SLO itself over 60 s.
+    assert tier["ttft_p50_s"] <= TTFT_SLO_S, tier
+    assert tier["ttft_p99_s"] <= 2 * TTFT_SLO_S, tier
+    rss = report["rss_bytes"]
+    assert rss["first"] > 0 and rss["max"] <= 1.25 * rss["first"], rss
+    assert all(state == IDLE for state in wait_idle(APP).values())
+
+
+def test_offline_flood_is_refused_while_interactive_keeps_its_slo(served):
+    report = asyncio.run(
+        isolation_scenario(
+            served["url"], duration_s=10, probe_s=4, concurrency=8, interactive_rps=2.0
+        )
+    )
+    print({k: v for k, v in report.items() if k != "loaded"}, report["loaded"])
+    offline = report["loaded"]["offline"]
+    assert offline["statuses"].get("429", 0) > 0  # the flood really exceeded capacity
+    assert report["loaded"]["interactive"]["statuses"] == {
+        "200": report["loaded"]["interactive"]["num_sent"]
+    }
+    # The 1.2x-of-unloaded target is measured by benchmarks/hardening.py and not met on 2 shared
+    # cores, where the flood's own HTTP handling competes for the CPU (see the README). What CI
+    # holds: no interactive request is refused and their TTFT p99 stays within the tier's SLO.
+    assert report["loaded"]["interactive"]["ttft_p99_s"] <= TTFT_SLO_S, report["ttft_p99_ratio"]
+    assert all(state == IDLE for state in wait_idle(APP).values())

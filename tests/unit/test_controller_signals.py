@@ -1,0 +1,167 @@
+"""What the controller measures, reduced to policy inputs (pure; time passed in)."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoscaling.signals import (
+    ModelClock,
+    RateMeter,
+    ReplicaReport,
+    ReportBook,
+    lead_override_s,
+)
+from autoscaling.status_cli import format_status
+from serving.config import AppConfig
+
+
+def _report(replica: str, pool: str = "hot", waiting: int = 0, wait_s: float = 0.0):
+    return ReplicaReport.from_dict(
+        {
+            "pool": pool,
+            "replica_id": replica,
+            "num_waiting": waiting,
+            "num_running": 1,
+            "queue_wait_p99_s": wait_s,
+            "kv_use_fraction": 0.5,
+        }
+    )
+
+
+def test_queue_signals_sum_depth_and_take_the_worst_wait_over_fresh_reports():
+    book = ReportBook()
+    book.record(_report("a", "hot", waiting=3, wait_s=0.2), t_s=100.0)
+    book.record(_report("b", "cold", waiting=2, wait_s=0.9), t_s=104.0)
+    book.record(_report("c", "cold", waiting=50, wait_s=9.0), t_s=80.0)  # stale: replica gone
+    signals = book.signals(now_s=105.0, max_age_s=10.0)
+    assert signals.queue_depth == 5
+    assert signals.queue_wait_s == 0.9
+    assert signals.num_reporting == {"hot": 1, "cold": 1}
+    assert book.signals(now_s=200.0, max_age_s=10.0).queue_depth == 0  # all stale now
+
+
+def test_a_newer_report_replaces_the_replicas_last_one():
+    book = ReportBook()
+    book.record(_report("a", waiting=9), t_s=0.0)
+    book.record(_report("a", waiting=1), t_s=2.0)
+    assert book.signals(now_s=3.0, max_age_s=10.0).queue_depth == 1
+
+
+def test_rate_from_a_cumulative_counter_and_missing_windows():
+    meter = RateMeter()
+    assert meter.update(100, t_s=0.0) is None  # first reading
+    assert meter.update(120, t_s=10.0) == 2.0
+    assert meter.update(5, t_s=20.0) is None  # the counter went back: the ingress restarted
+    assert meter.update(15, t_s=25.0) == 2.0
+
+
+def test_model_clock_scales_time_not_rates():
+    clock = ModelClock(start_s=36000.0, wall0_s=1000.0, time_scale=300.0)
+    assert clock.now(1012.0) == 36000.0 + 3600.0  # 12 real seconds = one model hour
+    assert clock.to_model_s(8.0) == 2400.0
+    assert clock.to_wall_s(2400.0) == 8.0
+    with pytest.raises(ValueError, match="time_scale"):
+        ModelClock(0.0, 0.0, time_scale=0.0)
+
+
+def test_lead_override_applies_only_inside_its_window():
+    cfg = AppConfig.from_args(
+        {
+            "controller": {
+                "lead_overrides": [
+                    {"start": "11:30", "end": "12:30", "lead_s": 1200},
+                    {"start": "23:00", "end": "01:00", "lead_s": 300},
+                ]
+            }
+        }
+    )
+    day = 19000 * 86400.0
+    assert lead_override_s(cfg.controller, day + 11.75 * 3600) == 1200
+    assert lead_override_s(cfg.controller, day + 0.5 * 3600) == 300  # wraps midnight
+    assert lead_override_s(cfg.controller, day + 15 * 3600) is None
+
+
+def test_a_controller_section_turns_the_controller_on_and_round_trips():
+    on = AppConfig.from_args({"controller": {"interval_s": 5, "time_scale": 60}})
+    assert on.controller.enabled and on.controller.time_scale == 60.0
+    assert AppConfig.from_args(on.to_dict()) == on
+    assert not AppConfig.from_args({}).controller.enabled
+    assert not AppConfig.from_args({"controller": {"enabled": False}}).controller.enabled
+    with pytest.raises(ValueError, match=r"controller\.time_scale=-1"):
+        AppConfig.from_args({"controller": {"time_scale": -1}})
+    with pytest.raises(ValueError, match=r"controller\.app_name"):
+        AppConfig.from_args({"controller": {"app_name": ""}})
+
+
+def test_status_text_shows_forecast_targets_and_reasons():
+    status = {
+        "app": "tideserve",
+        "clock": {"start_s": 0.0, "wall0_s": 0.0, "time_scale": 1.0},
+        "model_now_s": 19000 * 86400.0 + 11 * 3600,
+        "applied_targets": {"hot": 1, "cold": 2},
+        "apply_path": "REST http://127.0.0.1:8265",
+        "cold_start_p95_s": 41.5,
+        "cold_start_samples_s": [30.0, 41.5],
+        "pending_cold_starts": 0,
+        "history_path": "/tmp/h.json",
+        "last": {
+            "state": "running",
+            "rate_rps": 12.0,
+            "queue_depth": 0,
+            "queue_wait_s": 0.01,
+            "lead_s": 1200.0,
+            "hot_running": 1,
+            "cold_running": 2,
+            "forecast": {"rate_at_lead_rps": 30.0, "peak_rps": 31.0, "basis": "daily profile"},
+        },
+        "recent_reasons": ["cold 0->2: forecast peak 31 rps ..."],
+        "errors": [],
+    }
+    text = format_status(status)
+    assert "model time    2022-01-08 11:00 UTC" in text
+    assert "peak 31.00 rps (daily profile)" in text
+    assert "{'hot': 1, 'cold': 2}" in text and "p95 41.5 s over 2 samples" in text
+    assert "  - cold 0->2: forecast peak 31 rps ..." in text
+
+
+def test_replica_reporter_looks_the_controller_up_sparingly_and_pushes_its_numbers(monkeypatch):
+    import ray
+
+    from autoscaling.reporter import LOOKUP_EVERY_CALLS, ControllerReporter, controller_name
+
+    lookups: list[tuple[str, str]] = []
+    sent: list[dict] = []
+
+    class Handle:
+        class report:  # mimics an actor method: handle.report.remote(payload)
+            @staticmethod
+            def remote(payload):
+                sent.append(payload)
+
+    controller_up = False
+
+    def get_actor(name, namespace):
+        lookups.append((name, namespace))
+        if not controller_up:
+            raise ValueError("no such actor")
+        return Handle
+
+    monkeypatch.setattr(ray, "get_actor", get_actor)
+    reporter = ControllerReporter("shop", "cold", "r1")
+    for _ in range(2 * (LOOKUP_EVERY_CALLS + 1)):
+        reporter.report(1, 2, 0.3, 0.4)  # no controller: at most one lookup per window
+    assert len(lookups) == 2 and sent == []
+    assert lookups[0] == (controller_name("shop"), "tideserve")
+    controller_up = True
+    for _ in range(LOOKUP_EVERY_CALLS + 1):
+        reporter.report(3, 1, 0.5, 0.25)
+    assert sent[-1] == {
+        "pool": "cold",
+        "replica_id": "r1",
+        "num_waiting": 3,
+        "num_running": 1,
+        "queue_wait_p99_s": 0.5,
+        "kv_use_fraction": 0.25,
+    }
+    assert len(lookups) == 3  # found once, then the handle is reused
+    assert ReplicaReport.from_dict(sent[-1]).num_waiting == 3

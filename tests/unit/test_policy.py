@@ -1,0 +1,182 @@
+"""The hot/cold policy: forecast-sized cold pool, panic on queue, slow and stable scale-down."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoscaling.forecast import Forecast
+from autoscaling.policy import Decision, PolicyConfig, PolicyState, Snapshot, decide, lead_s_for
+from serving.config import AppConfig
+
+CFG = PolicyConfig(
+    replica_capacity_rps=10.0,
+    target_utilization=1.0,  # 10 rps per replica keeps the arithmetic readable
+    hot_replicas=2,
+    min_cold_replicas=0,
+    max_cold_replicas=8,
+    ttft_slo_s=1.0,
+    stabilization_window_s=600.0,
+    panic_hold_s=60.0,
+    max_burst_headroom=1.5,
+)
+
+
+def snap(peak_rps: float, *, cold_ready: int = 0, rate_rps: float = 10.0, **kw) -> Snapshot:
+    fc = Forecast(
+        rate_at_lead_rps=peak_rps,
+        peak_rps=peak_rps,
+        basis="test",
+        level_rps=rate_rps,
+        burst_factor=kw.pop("burst_factor", 1.0),
+    )
+    values = dict(
+        hot_replicas=2,
+        cold_ready=cold_ready,
+        cold_starting=0,
+        rate_rps=rate_rps,
+        queue_depth=0,
+        queue_wait_s=0.0,
+        forecast=fc,
+    )
+    values.update(kw)
+    return Snapshot(**values)
+
+
+def run(snaps_at: list[tuple[float, Snapshot]]) -> list[Decision]:
+    state, out = PolicyState.initial(), []
+    for now, s in snaps_at:
+        d, state = decide(s, state, CFG, now)
+        out.append(d)
+    return out
+
+
+def test_cold_target_is_the_forecast_peak_need_minus_hot():
+    (d,) = run([(0.0, snap(55.0))])  # 55 rps needs 6 replicas; 2 are hot
+    assert (d.hot_target, d.cold_target, d.needed_replicas) == (2, 4, 6)
+    assert not d.emergency
+    assert d.reason.startswith("cold 0->4: forecast peak 55 rps")
+
+
+def test_cold_target_is_clamped_between_min_and_max():
+    (low,) = run([(0.0, snap(5.0))])
+    (high,) = run([(0.0, snap(500.0))])
+    assert low.cold_target == 0  # never below min_cold (and hot stays 2)
+    assert high.cold_target == CFG.max_cold_replicas
+
+
+def test_burst_factor_adds_headroom_up_to_its_cap():
+    (d,) = run([(0.0, snap(40.0, burst_factor=1.25))])  # 50 rps -> 5 replicas
+    (capped,) = run([(0.0, snap(40.0, burst_factor=3.0))])  # capped at 1.5 -> 60 rps
+    assert d.cold_target == 3
+    assert capped.cold_target == 4
+
+
+def test_scale_up_is_immediate_scale_down_waits_a_full_window():
+    ds = run(
+        [
+            (0.0, snap(80.0)),  # 6 cold
+            (10.0, snap(30.0, cold_ready=6)),  # wants 1: hold
+            (300.0, snap(30.0, cold_ready=6)),  # still inside the window: hold
+            (611.0, snap(30.0, cold_ready=6)),  # the 80 rps wish left the window
+        ]
+    )
+    assert [d.cold_target for d in ds] == [6, 6, 6, 1]
+    assert "waits for the 600 s window" in ds[1].reason
+    assert ds[3].reason.startswith("cold 6->1")
+
+
+def test_a_brief_dip_inside_the_window_never_releases_replicas():
+    ds = run([(0.0, snap(80.0)), (100.0, snap(20.0, cold_ready=6)), (200.0, snap(80.0))])
+    assert [d.cold_target for d in ds] == [6, 6, 6]
+
+
+def test_replicas_still_starting_are_not_cancelled_by_a_dip_in_the_forecast():
+    # 4 cold were asked for; 1 is ready and 3 still load when the forecast dips past the window.
+    ds = run([(0.0, snap(60.0)), (700.0, snap(30.0, cold_ready=1, cold_starting=3))])
+    assert [d.cold_target for d in ds] == [4, 4]
+    assert "keeps 3 cold replica(s) that are still starting" in ds[1].reason
+    # once they are ready the stabilised scale-down goes ahead
+    later = run([(0.0, snap(60.0)), (700.0, snap(30.0, cold_ready=4))])
+    assert later[1].cold_target == 1
+
+
+def test_queue_wait_past_half_the_slo_is_an_emergency_scale_up():
+    s = snap(20.0, rate_rps=40.0, queue_depth=200, queue_wait_s=0.6, cold_start_p95_s=60.0)
+    (d,) = run([(0.0, s)])
+    assert d.emergency
+    assert "EMERGENCY queue wait 0.60 s > 0.50 s" in d.reason
+    # 40 rps observed + (200 queued + 20 rps shortfall x 60 s cold start) / 30 s drain = 86.7 rps
+    assert d.needed_replicas == 9
+    assert d.cold_target == 7
+
+
+def test_queue_depth_alone_triggers_the_emergency():
+    # 2 ready replicas serve 20 rps; 15 queued requests are 0.75 s of capacity
+    (d,) = run([(0.0, snap(10.0, queue_depth=15, queue_wait_s=0.0))])
+    assert d.emergency
+    assert "queue depth 15" in d.reason
+    assert d.cold_target >= 1  # at least one more replica than now
+
+
+def test_no_scale_down_during_the_panic_hold():
+    ds = run(
+        [
+            (0.0, snap(10.0, queue_depth=100, queue_wait_s=2.0, rate_rps=50.0)),
+            (700.0, snap(10.0, cold_ready=4)),  # forecast calm, but the wish to scale down...
+        ]
+    )
+    assert ds[0].emergency and ds[0].cold_target > 0
+    assert ds[1].cold_target == 0  # ...is honoured after window and hold have passed
+    calm = run(
+        [
+            (0.0, snap(10.0, queue_depth=100, queue_wait_s=2.0, rate_rps=50.0)),
+            (30.0, snap(10.0, cold_ready=ds[0].cold_target)),
+        ]
+    )
+    assert calm[1].cold_target == ds[0].cold_target
+    assert "panic hold" in calm[1].reason
+
+
+def test_lead_is_override_else_measured_cold_start_plus_margin_else_configured():
+    assert lead_s_for(CFG, 100.0, 1200.0) == 1200.0
+    assert lead_s_for(CFG, 100.0, None) == 100.0 + CFG.cold_start_margin_s
+    assert lead_s_for(CFG, None, None) == CFG.lead_s
+    (d,) = run([(0.0, snap(30.0, cold_start_p95_s=90.0))])
+    assert d.lead_s == 150.0 and "within 150+60 s" in d.reason
+
+
+def test_state_round_trips_through_a_dict():
+    _, state = decide(snap(80.0, queue_wait_s=5.0), PolicyState.initial(), CFG, 50.0)
+    assert PolicyState.from_dict(state.to_dict()) == state
+    assert PolicyState.from_dict(PolicyState.initial().to_dict()) == PolicyState.initial()
+
+
+def test_from_app_config_maps_pools_slo_and_controller():
+    app = AppConfig.from_args(
+        {
+            "pools": {"hot": {"num_replicas": 3}, "cold": {"max_replicas": 5}},
+            "controller": {"replica_capacity_rps": 4.0, "stabilization_window_s": 300},
+            "tiers": {"interactive": {"ttft_p99_s": 0.8}},
+        }
+    )
+    cfg = PolicyConfig.from_app_config(app, horizon_s=0.0)
+    assert (cfg.hot_replicas, cfg.max_cold_replicas, cfg.replica_capacity_rps) == (3, 5, 4.0)
+    assert (cfg.ttft_slo_s, cfg.stabilization_window_s, cfg.horizon_s) == (0.8, 300.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"replica_capacity_rps": 0.0}, "PolicyConfig.replica_capacity_rps=0.0 is out of range"),
+        ({"hot_replicas": 0}, "PolicyConfig.hot_replicas=0 is out of range"),
+        (
+            {"min_cold_replicas": 3, "max_cold_replicas": 2},
+            "PolicyConfig.min_cold_replicas=3 must be <= PolicyConfig.max_cold_replicas=2",
+        ),
+        ({"target_utilization": 1.2}, "PolicyConfig.target_utilization=1.2 is out of range"),
+        ({"panic_queue_fraction": 0.0}, "PolicyConfig.panic_queue_fraction=0.0 is out of range"),
+    ],
+)
+def test_config_errors_name_field_value_and_range(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        PolicyConfig(**{"replica_capacity_rps": 1.0, **kwargs})
