@@ -122,6 +122,36 @@ def _emergency_need(snap: Snapshot, cfg: PolicyConfig) -> tuple[int, str] | None
     return need, f"{what} > {limit_s:.2f} s (half the TTFT SLO)"
 
 
+def _slow_scale_down(
+    want: int,
+    current: int,
+    recent: tuple[tuple[float, int], ...],
+    panic_until_s: float,
+    snap: Snapshot,
+    cfg: PolicyConfig,
+    now_s: float,
+) -> tuple[int, str]:
+    """The cold target after the scale-down guards, and why it was held (scale-up passes)."""
+    if want >= current:
+        return want, ""
+    target, why = want, ""
+    held = max(n for _, n in recent)  # the HPA rule: max recommendation in the window
+    if now_s < panic_until_s:
+        target = current
+        why = f"; hold {current} cold (panic hold until {panic_until_s - now_s:.0f} s)"
+    elif held > want:
+        target = min(held, current)
+        why = f"; scale-down to {want} waits for the {cfg.stabilization_window_s:.0f} s window"
+    warming = snap.cold_ready + snap.cold_starting
+    if snap.cold_starting and target < min(warming, current):
+        # A replica still starting was asked for by an earlier forecast; cancelling it wastes
+        # its launch (a whole node, on an autoscaled cluster) and flaps when the forecast dips
+        # for one tick before a ramp. Let it finish; the window decides once it is ready.
+        target = min(warming, current)
+        why += f"; keeps {snap.cold_starting} cold replica(s) that are still starting"
+    return target, why
+
+
 def decide(
     snap: Snapshot, state: PolicyState, cfg: PolicyConfig, now_s: float
 ) -> tuple[Decision, PolicyState]:
@@ -146,22 +176,8 @@ def decide(
     window_start = now_s - cfg.stabilization_window_s
     recent = (*(x for x in state.recent if x[0] > window_start), (now_s, want))
     current = snap.cold_current if state.cold_target is None else state.cold_target
-    target = want
-    if want < current:
-        held = max(n for _, n in recent)  # the HPA rule: max recommendation in the window
-        if now_s < panic_until:
-            target = current
-            why += f"; hold {current} cold (panic hold until {panic_until - now_s:.0f} s)"
-        elif held > want:
-            target = min(held, current)
-            why += f"; scale-down to {want} waits for the {cfg.stabilization_window_s:.0f} s window"
-        warming = snap.cold_ready + snap.cold_starting
-        if snap.cold_starting and target < min(warming, current):
-            # A replica still starting was asked for by an earlier forecast; cancelling it wastes
-            # its launch (a whole node, on an autoscaled cluster) and flaps when the forecast dips
-            # for one tick before a ramp. Let it finish; the window decides once it is ready.
-            target = min(warming, current)
-            why += f"; keeps {snap.cold_starting} cold replica(s) that are still starting"
+    target, held_why = _slow_scale_down(want, current, recent, panic_until, snap, cfg, now_s)
+    why += held_why
     target = min(max(target, cfg.min_cold_replicas), cfg.max_cold_replicas)
     arrow = f"cold {current}->{target}" if target != current else f"cold stays {target}"
     decision = Decision(

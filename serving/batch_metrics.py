@@ -11,7 +11,7 @@ from typing import Any
 
 from serving.batch_loop import BatchRecord
 from serving.batch_tuner import TunerDecision
-from serving.metrics import LATENCY_BUCKETS_S, MetricFactory, _serve_metric
+from serving.metrics import LATENCY_BUCKETS_S, MetricFactory, serve_metric
 
 BATCH_TARGET_SIZE = "tideserve_batch_target_size"
 BATCH_WINDOW = "tideserve_batch_window_seconds"
@@ -35,7 +35,7 @@ BATCH_METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
 
 
 class BatchMetrics:
-    def __init__(self, *, factory: MetricFactory = _serve_metric) -> None:
+    def __init__(self, *, factory: MetricFactory = serve_metric) -> None:
         self._m: dict[str, Any] = {}
         for name, (kind, tags, description) in BATCH_METRICS.items():
             bounds = SIZE_BUCKETS if name == BATCH_SIZE else LATENCY_BUCKETS_S

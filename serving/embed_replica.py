@@ -23,12 +23,18 @@ from serving import protocol as p
 from serving.batch_loop import BatchLoop, QueueFullError
 from serving.config import AppConfig
 from serving.embed_protocol import EmbeddingRequest, embedding_response
-from serving.ingress import _api_error, _invalid, check_api_key, read_json, validate
+from serving.ingress import (
+    api_error_response,
+    check_api_key,
+    read_json,
+    validate,
+    validation_error_response,
+)
 
 log = logging.getLogger("ray.serve")
 embed_api = FastAPI(title="tideserve embeddings", docs_url=None, redoc_url=None)
-embed_api.add_exception_handler(p.ApiError, _api_error)
-embed_api.add_exception_handler(RequestValidationError, _invalid)
+embed_api.add_exception_handler(p.ApiError, api_error_response)
+embed_api.add_exception_handler(RequestValidationError, validation_error_response)
 
 SELF_CHECK_TEXTS = ("The capital of France is Paris.", "hi")
 

@@ -30,7 +30,7 @@ api = FastAPI(title="tideserve", docs_url=None, redoc_url=None)
 
 
 @api.exception_handler(p.ApiError)
-async def _api_error(_: Request, err: p.ApiError) -> JSONResponse:
+async def api_error_response(_: Request, err: p.ApiError) -> JSONResponse:
     headers = {}
     if err.retry_after_s is not None:
         headers["Retry-After"] = str(max(1, round(err.retry_after_s)))
@@ -47,7 +47,7 @@ async def _http_error(_: Request, err: StarletteHTTPException) -> JSONResponse:
 
 
 @api.exception_handler(RequestValidationError)
-async def _invalid(_: Request, err: RequestValidationError) -> JSONResponse:
+async def validation_error_response(_: Request, err: RequestValidationError) -> JSONResponse:
     first = err.errors()[0] if err.errors() else {}
     where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
     message = f"{where}: {first.get('msg', 'invalid request')}" if where else str(err)

@@ -123,7 +123,7 @@ def engine_gauges(stats: EngineStats, avg_seq_len_tokens: float) -> dict[str, fl
     }
 
 
-def _serve_metric(
+def serve_metric(
     kind: str,
     name: str,
     description: str,
@@ -146,7 +146,7 @@ class ReplicaMetrics:
     can build it unconditionally. `factory` is for tests.
     """
 
-    def __init__(self, pool: str, *, factory: MetricFactory = _serve_metric) -> None:
+    def __init__(self, pool: str, *, factory: MetricFactory = serve_metric) -> None:
         if not isinstance(pool, str) or not pool:
             raise ValueError(f"pool={pool!r} must be a non-empty string")
         self.pool = pool
