@@ -208,6 +208,22 @@ def print_report(report: dict) -> None:
     print(fmt({k: report[k] for k in (*keys, "num_steps", "outputs_match")}))
 
 
+def start_local_ray() -> None:
+    """A private local Ray cluster for one benchmark: 2 CPUs, no dashboard, bound to 127.0.0.1.
+
+    address="local" so a benchmark never attaches to another cluster running on the machine.
+    """
+    import ray
+
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        log_to_driver=False,
+    )
+
+
 def write_json(path: str, obj: dict) -> None:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)

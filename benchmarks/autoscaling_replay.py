@@ -33,6 +33,7 @@ from autoscaling.replay import ReplaySettings, metrics, prepare, run_replay
 from autoscaling.service import ServiceModel
 from autoscaling.sim import simulate
 from autoscaling.traces import load_trace
+from benchmarks._common import write_json
 
 TRACES = Path("/work/shared/traces")
 CAP_RPS = 20.0
@@ -166,8 +167,7 @@ def main() -> int:
         "wall_s": time.perf_counter() - t0,
     }
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+        write_json(args.json, out)
     return 0
 
 

@@ -16,7 +16,6 @@ Errors: MAPE and the p90 of the absolute percentage error, over days 2-14 and da
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autoscaling.forecast import ForecastConfig, Forecaster
 from autoscaling.traces import load_trace
+from benchmarks._common import write_json
 
 TRACES = Path("/work/shared/traces")
 BIN = 600.0
@@ -111,8 +111,7 @@ def main() -> int:
         "wall_s": time.perf_counter() - t0,
     }
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        write_json(args.json, report)
     return 0
 
 

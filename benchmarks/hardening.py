@@ -26,6 +26,8 @@ from pathlib import Path
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # before anything imports ray
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._common import start_local_ray, write_json
+
 PORT, APP = 18730, "hardening"
 TTFT_SLO_S = 1.0
 
@@ -57,13 +59,7 @@ def main() -> None:
 
     duration_s = 15.0 if args.quick else 60.0
     iso_s = 12.0 if args.quick else 60.0
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        log_to_driver=False,
-    )
+    start_local_ray()
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = save_tiny_model_dir(Path(tmp) / "small", **SMALL_LLAMA)
         serve.start(http_options={"host": "127.0.0.1", "port": PORT})
@@ -95,8 +91,7 @@ def main() -> None:
     }
     print(json.dumps(report, indent=2))
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        write_json(args.json, report)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # before anything imports ray
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._common import start_local_ray, write_json  # noqa: E402
+
 PORT, APP = 18740, "loadtest"
 LOAD_BIN = ROOT / ".venv-load" / "bin"
 MAX_TOKENS, PROMPT_TOKENS = 32, 32
@@ -137,13 +139,7 @@ def main() -> None:
     from tests.integration.serve_helpers import deploy
 
     duration_s = 15.0 if args.quick else 60.0
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        log_to_driver=False,
-    )
+    start_local_ray()
     report: dict = {"benchmark": "load_test", "quick": args.quick, "duration_s": duration_s}
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = save_tiny_model_dir(Path(tmp) / "small", **SMALL_LLAMA)
@@ -162,8 +158,7 @@ def main() -> None:
     ray.shutdown()
     print(json.dumps(report, indent=2))
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        write_json(args.json, report)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ from pathlib import Path
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # before anything imports ray
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._common import start_local_ray, write_json
+
 PORT, APP = 18741, "soak"
 MIX = (("interactive", 0.60), ("analytical", 0.25), ("offline", 0.15))
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "queue"]
@@ -102,13 +104,7 @@ def main() -> None:
     from tests.integration.serve_helpers import IDLE, app_args, deploy, wait_idle
 
     duration_s = 120.0 if args.quick else 1800.0
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        log_to_driver=False,
-    )
+    start_local_ray()
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = save_tiny_model_dir(Path(tmp) / "tiny", arch="qwen2", seed=7)
         serve.start(http_options={"host": "127.0.0.1", "port": PORT})
@@ -134,8 +130,7 @@ def main() -> None:
     }
     print(json.dumps({k: v for k, v in report.items() if k != "rss_mib"}, indent=2))
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        write_json(args.json, report)
 
 
 if __name__ == "__main__":

@@ -16,10 +16,11 @@ from serving.replica import ModelReplica
 ROUTER = "serving.routing:KVHeadroomRouter"
 
 
-def _replica_options(cfg: AppConfig, pool: str, num_replicas: int, resources: dict) -> dict:
+def _deployment_options(cfg: AppConfig, name: str, num_replicas: int, resources: dict) -> dict:
+    """Serve options every replica deployment takes from the `replica` section (LLM and embed)."""
     rep = cfg.replica
     return dict(
-        name=pool,
+        name=name,
         num_replicas=num_replicas,
         max_ongoing_requests=rep.max_ongoing_requests,
         max_queued_requests=rep.max_queued_requests,
@@ -30,10 +31,16 @@ def _replica_options(cfg: AppConfig, pool: str, num_replicas: int, resources: di
             "num_gpus": rep.num_gpus,
             "resources": dict(resources),
         },
-        request_router_config=RequestRouterConfig(
+    )
+
+
+def _replica_options(cfg: AppConfig, pool: str, num_replicas: int, resources: dict) -> dict:
+    return {
+        **_deployment_options(cfg, pool, num_replicas, resources),
+        "request_router_config": RequestRouterConfig(
             request_router_class=ROUTER, request_routing_stats_period_s=2.0
         ),
-    )
+    }
 
 
 def _cold_options(cfg: AppConfig) -> dict:
@@ -57,13 +64,23 @@ def _cold_options(cfg: AppConfig) -> dict:
     return options
 
 
+def _build_embed_app(cfg: AppConfig):
+    """The deployment graph of an embedding app: `pools.hot.num_replicas` EmbedReplicas."""
+    from serving.embed_replica import EmbedReplica
+
+    hot = cfg.pools.hot
+    options = _deployment_options(cfg, "embed", hot.num_replicas, hot.resources)
+    # The batch loop bounds its own queue (batching.max_queue -> 429); Serve must let enough
+    # requests through for batches to form at all (its default of 5 would cap a batch at 5).
+    options["max_ongoing_requests"] = max(cfg.replica.max_ongoing_requests, cfg.batching.max_queue)
+    return serve.deployment(EmbedReplica).options(**options).bind(cfg.to_dict())
+
+
 def build_app(args: dict | None = None):
     """Build the application from our section of cluster.yaml (validated strictly)."""
     cfg = AppConfig.from_args(args)
     if cfg.model.task == "embed":  # a single-pass model: one batching deployment, no pools
-        from serving.embed_replica import build_embed_app
-
-        return build_embed_app(cfg)
+        return _build_embed_app(cfg)
     shared = cfg.replica_args()  # the one config both groups (and the ingress) are built from
     replica = serve.deployment(ModelReplica)
     hot = replica.options(

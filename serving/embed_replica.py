@@ -187,24 +187,3 @@ class EmbedReplica:
     async def check_health(self) -> None:
         if not self.service.loop.alive():
             raise RuntimeError("batch loop died; replace this replica")
-
-
-def build_embed_app(cfg: AppConfig):
-    """The deployment graph of an embedding app: `pools.hot.num_replicas` EmbedReplicas."""
-    rep = cfg.replica
-    deployment = serve.deployment(EmbedReplica).options(
-        name="embed",
-        num_replicas=cfg.pools.hot.num_replicas,
-        # The batch loop bounds its own queue (batching.max_queue -> 429); Serve must let enough
-        # requests through for batches to form at all (its default of 5 would cap a batch at 5).
-        max_ongoing_requests=max(rep.max_ongoing_requests, cfg.batching.max_queue),
-        max_queued_requests=rep.max_queued_requests,
-        graceful_shutdown_timeout_s=rep.graceful_shutdown_timeout_s,
-        health_check_period_s=rep.health_check_period_s,
-        ray_actor_options={
-            "num_cpus": rep.num_cpus,
-            "num_gpus": rep.num_gpus,
-            "resources": dict(cfg.pools.hot.resources),
-        },
-    )
-    return deployment.bind(cfg.to_dict())
