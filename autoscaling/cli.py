@@ -7,11 +7,15 @@ import json
 import sys
 from pathlib import Path
 
-from autoscaling.replay import POLICIES
+from autoscaling.replay.runner import POLICIES
 
 
 def _add_replay(sub) -> None:
-    p = sub.add_parser("replay", help="replay a trace through tideserve's policy and baselines")
+    p = sub.add_parser(
+        "replay",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        help="replay a trace through tideserve's policy and baselines",
+    )
     p.add_argument("--trace", required=True, help="Azure per-request CSV or ServeGen rate CSV")
     p.add_argument("--config", default="cluster.yaml", help="Ray Serve config with our args")
     p.add_argument("--app", default="tideserve", help="application name in the config")
@@ -35,7 +39,9 @@ def _add_replay(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m autoscaling")
+    parser = argparse.ArgumentParser(
+        prog="python -m autoscaling", formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     _add_replay(sub)
     from autoscaling.status_cli import add_status_parser  # the live controller (5B)
@@ -45,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _service(args, app_cfg):
-    from autoscaling.service import ServiceModel
+    from autoscaling.replay.service import ServiceModel
 
     if args.profile:
         from capacity.calibrate import Profile
@@ -64,8 +70,8 @@ def _service(args, app_cfg):
 
 def cmd_replay(args) -> int:
     from autoscaling.policy import PolicyConfig
-    from autoscaling.replay import ReplaySettings, run_replay
-    from autoscaling.traces import load_trace
+    from autoscaling.replay.runner import ReplaySettings, run_replay
+    from autoscaling.replay.traces import load_trace
     from serving.config import load_cluster_yaml
 
     app_cfg = load_cluster_yaml(args.config, args.app)
@@ -85,7 +91,7 @@ def cmd_replay(args) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     if args.plot:
-        from autoscaling.plot import plot_timeline
+        from autoscaling.replay.plot import plot_timeline
 
         Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
         plot_timeline(report, results, prep, args.plot)

@@ -16,16 +16,9 @@ import math
 from collections import deque
 from collections.abc import Iterable
 
+from common.stats import percentile
+
 DEFAULT_MAX_SAMPLES = 64
-
-
-def percentile(values: Iterable[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in [0, 100]); None for no values."""
-    ordered = sorted(values)
-    if not ordered:
-        return None
-    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
-    return ordered[min(rank, len(ordered)) - 1]
 
 
 class ColdStartTracker:
@@ -69,4 +62,4 @@ class ColdStartTracker:
 
     def p95_s(self) -> float | None:
         """p95 of the recorded cold starts; None until one was measured."""
-        return percentile(self.samples_s, 95.0)
+        return percentile(self.samples_s, 95.0, empty=None)

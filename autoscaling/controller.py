@@ -45,8 +45,9 @@ from autoscaling.serve_io import (
     ingress_request_count,
     read_counts,
 )
-from autoscaling.signals import ModelClock, RateMeter, ReplicaReport, ReportBook, lead_override_s
+from autoscaling.signals import ModelClock, RateMeter, ReportBook, lead_override_s
 from serving.config import AppConfig
+from serving.llm.messages import ReplicaReport
 
 log = logging.getLogger("ray.serve")
 
@@ -240,10 +241,10 @@ class ForecastController:
             ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
     # ----- actor methods ----------------------------------------------------------------------
-    def report(self, payload: dict[str, Any]) -> None:
+    def report(self, report: ReplicaReport) -> None:
         """A replica's queue numbers (autoscaling/reporter.py), pushed every ~2 s."""
         with self.lock:
-            self.book.record(ReplicaReport.from_dict(payload), time.time())
+            self.book.record(report, time.time())
 
     def status(self) -> dict[str, Any]:
         with self.lock:

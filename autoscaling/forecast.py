@@ -26,7 +26,7 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from serving._validate import check_range
+from common.validate import check_range
 
 _DAY_S = 86400.0
 

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from serving._validate import check_order, check_range
+from common.validate import check_order, check_range
 
 
 @dataclass(frozen=True, slots=True)

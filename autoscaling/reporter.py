@@ -1,7 +1,8 @@
 """Replica side of the controller's stats: push this replica's queue numbers to the controller.
 
-A model replica calls `ControllerReporter.report(stats)` from `record_routing_stats`, which Serve
-calls on every replica every `request_routing_stats_period_s` (2 s) whether or not traffic flows.
+A model replica calls `ControllerReporter.report(ReplicaReport)` from `record_routing_stats`,
+which Serve calls on every replica every `request_routing_stats_period_s` (2 s) whether or not
+traffic flows.
 Pushing beats pulling here: a DeploymentHandle reaches one replica at random, while every replica
 knows its own app and pool and can name the controller actor. The call is fire-and-forget, so a
 slow or absent controller never slows the replica; without a controller (no `controller:`
@@ -11,7 +12,10 @@ section) the lookup fails and is retried only every `LOOKUP_EVERY_CALLS` calls.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from serving.llm.messages import ReplicaReport
 
 log = logging.getLogger("ray.serve")
 
@@ -48,20 +52,12 @@ class ControllerReporter:
                 return None
         return self._handle
 
-    def report(self, num_waiting: int, num_running: int, queue_wait_p99_s: float, kv: float):
+    def report(self, report: ReplicaReport) -> None:
         handle = self._lookup()
         if handle is None:
             return
-        payload = {
-            "pool": self.pool,
-            "replica_id": self.replica_id,
-            "num_waiting": int(num_waiting),
-            "num_running": int(num_running),
-            "queue_wait_p99_s": float(queue_wait_p99_s),
-            "kv_use_fraction": float(kv),
-        }
         try:
-            handle.report.remote(payload)  # fire-and-forget: the result is never awaited
+            handle.report.remote(report)  # fire-and-forget: the result is never awaited
         except Exception as err:  # the actor was killed for good: look it up again later
             log.debug("controller report failed: %s", err)
             self._handle = None

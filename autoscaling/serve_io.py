@@ -19,35 +19,15 @@ import logging
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from serving.ray_internals import auth_headers, dashboard_address, deployment_id, serve_controller
+from serving.serve_status import DeploymentCounts, read_counts
 
 log = logging.getLogger("ray.serve")
 
+__all__ = ["DeploymentCounts", "ServeScaler", "announce_target", "read_counts"]
+
 REST_TIMEOUT_S = 10.0
-_LIVE_STATES = ("STARTING", "UPDATING", "RECOVERING", "RUNNING", "PENDING_MIGRATION")
-
-
-@dataclass(frozen=True, slots=True)
-class DeploymentCounts:
-    running: int  # ready: constructor (load + self-check) finished
-    live: int  # running or on the way (starting, updating, recovering)
-
-
-def read_counts(app_name: str) -> dict[str, DeploymentCounts] | None:
-    """Replica counts per deployment of the app from `serve.status()`; None if it is not there."""
-    from ray import serve
-
-    app = serve.status().applications.get(app_name)
-    if app is None:
-        return None
-    counts = {}
-    for name, dep in app.deployments.items():
-        states = {str(getattr(s, "value", s)): n for s, n in dep.replica_states.items()}
-        counts[name] = DeploymentCounts(
-            running=states.get("RUNNING", 0),
-            live=sum(n for s, n in states.items() if s in _LIVE_STATES),
-        )
-    return counts
 
 
 def ingress_request_count(app_name: str) -> int | None:
@@ -79,25 +59,11 @@ def announce_target(app_name: str, deployment: str, target: int) -> bool:
 
 
 def dashboard_url() -> str | None:
-    """The http URL of THIS cluster's dashboard, or None when it runs none.
-
-    Read from the address the dashboard publishes in the GCS, not from the node's configured
-    default: that default (127.0.0.1:8265) is set even with `include_dashboard=False`, and on a
-    shared machine it may be another cluster's dashboard.
-    """
-    try:
-        from ray._private import ray_constants
-        from ray.experimental.internal_kv import _internal_kv_get
-
-        raw = _internal_kv_get(
-            ray_constants.DASHBOARD_ADDRESS, namespace=ray_constants.KV_NAMESPACE_DASHBOARD
-        )
-    except Exception:  # not connected to a cluster
+    """The http URL of THIS cluster's dashboard, or None when it runs none."""
+    address = dashboard_address()
+    if address is None:
         return None
-    if not raw:
-        return None
-    url = raw.decode() if isinstance(raw, bytes) else str(raw)
-    return url if url.startswith("http") else f"http://{url}"
+    return address if address.startswith("http") else f"http://{address}"
 
 
 class ServeScaler:
@@ -136,19 +102,19 @@ class ServeScaler:
     def _dashboard_is_ours(url: str) -> bool:
         try:
             request = urllib.request.Request(
-                f"{url}/api/serve/applications/", headers=_auth_headers()
+                f"{url}/api/serve/applications/", headers=auth_headers()
             )
             with urllib.request.urlopen(request, timeout=REST_TIMEOUT_S) as resp:
                 details = json.loads(resp.read())
             theirs = (details.get("controller_info") or {}).get("actor_id")
-            return bool(theirs) and theirs == _serve_controller()._actor_id.hex()
+            return bool(theirs) and theirs == serve_controller()._actor_id.hex()
         except Exception as err:  # no dashboard, no Serve module in it, or another cluster
             log.info("not using the dashboard at %s for scaling: %s", url, err)
             return False
 
     def _scale_rest(self, deployment: str, target: int) -> None:
         url = f"{self.dashboard}/api/v1/applications/{self.app_name}/deployments/{deployment}/scale"
-        headers = {"Content-Type": "application/json", **_auth_headers()}
+        headers = {"Content-Type": "application/json", **auth_headers()}
         body = json.dumps({"target_num_replicas": int(target)}).encode()
         request = urllib.request.Request(url, data=body, headers=headers, method="POST")
         try:
@@ -160,25 +126,8 @@ class ServeScaler:
 
     def _scale_actor(self, deployment: str, target: int) -> None:
         import ray
-        from ray.serve._private.common import DeploymentID
 
-        dep_id = DeploymentID(name=deployment, app_name=self.app_name)
+        dep_id = deployment_id(deployment, self.app_name)
         ray.get(
-            _serve_controller().update_deployment_replicas.remote(dep_id, int(target)), timeout=30
+            serve_controller().update_deployment_replicas.remote(dep_id, int(target)), timeout=30
         )
-
-
-def _serve_controller():
-    import ray
-    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
-
-    return ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
-
-
-def _auth_headers() -> dict[str, str]:
-    """Ray 2.60 token auth: the header Ray's own state API sends ({} when auth is off)."""
-    from ray._private.authentication.http_token_authentication import (
-        get_auth_headers_if_auth_enabled,
-    )
-
-    return get_auth_headers_if_auth_enabled({})

@@ -1,6 +1,7 @@
 """What the controller measures, reduced to the numbers the policy reads (pure; time passed in).
 
-- `ReportBook`: the latest stats each replica pushed (serving/replica.py -> controller.report),
+- `ReportBook`: the latest `ReplicaReport` each replica pushed (serving/llm/replica.py ->
+  controller.report),
   aggregated over the replicas that reported recently: queue depth (waiting sequences, summed)
   and queue wait (the worst replica's p99), the emergency signals of R9.
 - `RateMeter`: the ingress's cumulative request count turned into a rate.
@@ -14,35 +15,16 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from serving.llm.messages import ReplicaReport
 
 if TYPE_CHECKING:
-    from serving.config_sections import ControllerSection
+    from serving.config.sections import ControllerSection
 
 _MINUTES_PER_DAY = 1440
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaReport:
-    pool: str
-    replica_id: str
-    num_waiting: int
-    num_running: int
-    queue_wait_p99_s: float
-    kv_use_fraction: float
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ReplicaReport:
-        return cls(
-            pool=str(data["pool"]),
-            replica_id=str(data["replica_id"]),
-            num_waiting=int(data.get("num_waiting", 0)),
-            num_running=int(data.get("num_running", 0)),
-            queue_wait_p99_s=float(data.get("queue_wait_p99_s", 0.0)),
-            kv_use_fraction=float(data.get("kv_use_fraction", 0.0)),
-        )
 
 
 @dataclass(frozen=True, slots=True)

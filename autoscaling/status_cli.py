@@ -8,6 +8,7 @@ actor and prints its `status()`; `--json` prints the raw dict. Ray 2.60 clusters
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import sys
@@ -15,7 +16,11 @@ from typing import Any
 
 
 def add_status_parser(sub) -> None:
-    p = sub.add_parser("status", help="forecast, targets and last reasons of the live controller")
+    p = sub.add_parser(
+        "status",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        help="forecast, targets and last reasons of the live controller",
+    )
     p.add_argument(
         "--app", default="tideserve", help="Serve application name (controller.app_name)"
     )

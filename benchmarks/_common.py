@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import json
-import math
 import os
 import platform
 import random
@@ -15,9 +15,12 @@ from pathlib import Path
 
 import torch
 
-from serving.testing import SMALL_LLAMA
+from common.stats import percentile
+from serving.tiny_models import SMALL_LLAMA
 
-TRACE_PATH = Path("/work/shared/traces/azure_llm_2023_conv.csv")
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TRACES_DIR = REPO_ROOT / "benchmarks" / "traces"  # see its README for sources and licences
+TRACE_PATH = TRACES_DIR / "azure_llm_2023_conv.csv.gz"
 _T0 = time.perf_counter()
 
 MODEL_CONFIG = dict(
@@ -60,11 +63,22 @@ class Request:
     max_new_tokens: int
 
 
+def open_trace(path: str | os.PathLike):
+    """A trace CSV (plain or .gz) as text; a missing file is an error saying where traces live."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"trace {path} not found; the traces ship in {TRACES_DIR} (see its README.md for "
+            "their sources), or pass another file with --trace"
+        )
+    return gzip.open(path, "rt", newline="") if path.suffix == ".gz" else path.open(newline="")
+
+
 def sample_requests(
     n: int, seed: int, vocab_size: int, scaling: Scaling, path: Path = TRACE_PATH
 ) -> list[Request]:
     """`n` trace rows drawn without replacement (fixed seed), scaled, with random prompt ids."""
-    with path.open(newline="") as f:
+    with open_trace(path) as f:
         rows = [(int(r["ContextTokens"]), int(r["GeneratedTokens"])) for r in csv.DictReader(f)]
     rng = random.Random(seed)
     picked = rng.sample(rows, n)
@@ -84,15 +98,6 @@ def build_model(seed: int, dtype: torch.dtype, device: str):
     cfg = LlamaConfig(**MODEL_CONFIG)
     model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
     return model.to(device).eval()
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile: the smallest value with at least q% of values at or below it."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    rank = max(math.ceil(q / 100 * len(ordered)), 1)
-    return ordered[rank - 1]
 
 
 @dataclass
@@ -224,7 +229,8 @@ def start_local_ray() -> None:
     )
 
 
-def write_json(path: str, obj: dict) -> None:
+def write_json(path: str | os.PathLike, obj: dict) -> None:
+    """The one writer of benchmark results: indented JSON, parent folders created."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")

@@ -5,7 +5,7 @@
 Setup (issue 5): forecaster, tideserve's hot pool and rule_70_30's peak learned from days 1-7,
 judged on days 8-14; the trace scaled so the judged peak needs 20 replicas (at the planning
 utilisation); cold start 120 s; controllers tick every 10 s; 1 s fluid queue
-(autoscaling/service.py,
+(autoscaling/replay/service.py,
 simple model: 20 rps per replica, TTFT 0.2-0.5 s + queue wait, SLO 1.0 s = cluster.yaml's
 interactive ttft_p99_s). --quick judges days 8-9 of m-small only.
 
@@ -26,16 +26,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autoscaling.baselines import ReactiveController
 from autoscaling.cli import format_report
 from autoscaling.policy import PolicyConfig
-from autoscaling.replay import ReplaySettings, metrics, prepare, run_replay
-from autoscaling.service import ServiceModel
-from autoscaling.sim import simulate
-from autoscaling.traces import load_trace
-from benchmarks._common import write_json
+from autoscaling.replay.baselines import ReactiveController
+from autoscaling.replay.runner import ReplaySettings, metrics, prepare, run_replay
+from autoscaling.replay.service import ServiceModel
+from autoscaling.replay.sim import simulate
+from autoscaling.replay.traces import load_trace
+from benchmarks._common import TRACES_DIR, write_json
 
-TRACES = Path("/work/shared/traces")
 CAP_RPS = 20.0
 
 
@@ -87,9 +86,9 @@ def reactive_matched(trace, cfg, service, settings, gpu_hours: float) -> dict:
 
 
 def run(name: str, quick: bool, plot_dir: Path | None) -> dict:
-    from autoscaling.plot import plot_timeline
+    from autoscaling.replay.plot import plot_timeline
 
-    trace = load_trace(TRACES / f"servegen_language_{name}_total.csv")
+    trace = load_trace(TRACES_DIR / f"servegen_language_{name}_total.csv")
     cfg = PolicyConfig(replica_capacity_rps=CAP_RPS, ttft_slo_s=1.0)
     service = ServiceModel(CAP_RPS, source="simple model (benchmark: 20 rps per replica)")
     settings = ReplaySettings(

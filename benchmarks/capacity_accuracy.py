@@ -28,6 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._common import write_json
 from capacity.calibrate import (
     calibrate,
     engine_config,
@@ -172,10 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         target_within_10pct=bool(max_err <= 0.10),
         elapsed_s=time.perf_counter() - _T0,
     )
-    text = json.dumps(result, indent=1)
     if args.json:
-        args.json.write_text(text)
-    print(text)
+        write_json(args.json, result)
+    print(json.dumps(result, indent=1))
     return 0
 
 

@@ -11,7 +11,7 @@ thread (a replica has one model; batches run one at a time):
   serve_batch      Ray Serve's own @serve.batch code (max_batch_size 16, batch_wait_timeout_s
                    0.02) run in-process: its queue and batching loop are Serve's, only the check
                    that reads the replica context (absent outside a replica) is switched off
-  tideserve        serving/batch_loop.py: 16 / 20 ms, length buckets, staggered windows,
+  tideserve        serving/embed/batch_loop.py: 16 / 20 ms, length buckets, staggered windows,
                    bounded queue (overflow is refused at once: a 429 in the server)
   tideserve_tuned  the same with the R7 tuner (starts at 8 / 50 ms)
 
@@ -24,22 +24,36 @@ import argparse
 import asyncio
 import csv
 import random
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from benchmarks._common import TRACE_PATH, cpu_snapshot, cpu_used, log, percentile, write_json
-from serving.batch_loop import BatchLoop, QueueFullError
-from serving.batching import BatchingConfig
-from serving.embeddings import EmbeddingModel, resolve_embedding_dir
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from benchmarks._common import (
+    REPO_ROOT,
+    TRACE_PATH,
+    cpu_snapshot,
+    cpu_used,
+    log,
+    open_trace,
+    percentile,
+    write_json,
+)
+from serving.embed.batch_loop import BatchLoop, QueueFullError
+from serving.embed.batching import BatchingConfig
+from serving.embed.model import EmbeddingModel
+from serving.model_source import resolve_model_dir
 
 SYSTEMS = ("none", "serve_batch", "tideserve", "tideserve_tuned")
 BUCKETS = (32, 64, 128, 192, 256)
 
 
 def trace_lengths(n: int, seed: int, limit: int) -> list[int]:
-    with open(TRACE_PATH, newline="") as f:
+    with open_trace(TRACE_PATH) as f:
         context = [int(row["ContextTokens"]) for row in csv.DictReader(f)]
     rng = random.Random(seed)
     return [min(max(rng.choice(context), 1), limit) for _ in range(n)]
@@ -172,7 +186,7 @@ def padding_cost(lengths: list[int], batch_size: int = 16) -> dict:
     """Model tokens computed per request at saturation (full batches), with no noise at all:
     arrival-order batches pad to their longest (serve_batch); bucketed batches pad within
     their bucket (tideserve). On a CPU the forward's cost is about linear in these tokens."""
-    from serving.batching import bucket_of, padded_tokens
+    from serving.embed.batching import bucket_of, padded_tokens
 
     def per_request(batches):
         return sum(padded_tokens(b) for b in batches) / sum(len(b) for b in batches)
@@ -212,7 +226,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     duration_s = 10.0 if args.quick else 20.0
-    model = EmbeddingModel.load(resolve_embedding_dir(args.model))
+    model = EmbeddingModel.load(resolve_model_dir(args.model, task="embed"))
     lengths = trace_lengths(2000, args.seed, model.max_tokens)
     texts = make_texts(model, lengths, args.seed)
     cap = capacity_rps(model, texts)
@@ -286,7 +300,7 @@ def _report(runs, rates, cap, duration_s, max_diff, foreign_cpu_s, args) -> dict
     return {
         "benchmark": "dynamic_batching",
         "model": args.model,
-        "trace": str(TRACE_PATH),
+        "trace": str(TRACE_PATH.relative_to(REPO_ROOT)),
         "quick": args.quick,
         "torch_threads": args.threads,
         "duration_s_per_segment": duration_s,

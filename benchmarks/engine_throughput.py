@@ -13,12 +13,18 @@ from __future__ import annotations
 
 import argparse
 import copy
+import sys
 import time
 from functools import partial
+from pathlib import Path
 
 import torch
-from _common import (
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from benchmarks._common import (
     MODEL_CONFIG,
+    REPO_ROOT,
     TRACE_PATH,
     FirstTokenTimer,
     Request,
@@ -306,7 +312,7 @@ def main() -> None:
     reqs = sample_requests(n, args.seed, MODEL_CONFIG["vocab_size"], scaling)
     workload = {
         "num_requests": n,
-        "trace": str(TRACE_PATH),
+        "trace": str(TRACE_PATH.relative_to(REPO_ROOT)),
         "scaling": scaling.describe(),
         "prompt_tokens_mean": sum(len(r.prompt) for r in reqs) / n,
         "output_tokens_mean": sum(r.max_new_tokens for r in reqs) / n,

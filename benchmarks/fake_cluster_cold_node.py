@@ -34,6 +34,8 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._common import write_json  # noqa: E402
+
 HTTP_PORT = 18502
 APP = "autoscale-e2e"  # the name the e2e helpers use
 
@@ -140,7 +142,7 @@ def run_day(address: str, work: pathlib.Path, past_cold_start_s: float) -> dict:
     from autoscaling.controller import get_controller
     from autoscaling.serve_io import read_counts
     from serving.app import build_app
-    from serving.testing import save_tiny_model_dir
+    from serving.tiny_models import save_tiny_model_dir
     from tests.integration import test_autoscaling_e2e as day
 
     ray.init(address=address, log_to_driver=False)
@@ -264,11 +266,9 @@ def main(argv: list[str] | None = None) -> int:
         num_stopped = stop_cluster(temp_dir)
     result = {"benchmark": "fake_cluster_cold_node", "quick": args.quick, **day}
     result["num_processes_stopped"] = num_stopped
-    text = json.dumps(result, indent=2)
     print(json.dumps({k: v for k, v in result.items() if k != "timeline"}, indent=2))
     if args.json:
-        pathlib.Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        pathlib.Path(args.json).write_text(text + "\n")
+        write_json(args.json, result)
     return 0
 
 

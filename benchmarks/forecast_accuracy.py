@@ -25,10 +25,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autoscaling.forecast import ForecastConfig, Forecaster
-from autoscaling.traces import load_trace
-from benchmarks._common import write_json
+from autoscaling.replay.traces import load_trace
+from benchmarks._common import TRACES_DIR, write_json
 
-TRACES = Path("/work/shared/traces")
 BIN = 600.0
 DAY = 144  # windows per day
 AHEAD = 2  # windows between the prediction time and the target window's start (20 min)
@@ -41,7 +40,7 @@ def _errors(pred: list[float], actual: list[float]) -> dict:
 
 
 def evaluate(name: str, first_day: int, last_day: int) -> dict:
-    r = load_trace(TRACES / f"servegen_language_{name}_total.csv").rates_rps
+    r = load_trace(TRACES_DIR / f"servegen_language_{name}_total.csv").rates_rps
     fc = Forecaster(ForecastConfig(bin_s=BIN))
     preds = {"tideserve": [], "seasonal_naive": [], "last_value": []}
     actual, days = [], []

@@ -53,8 +53,8 @@ def main() -> None:
     import ray
     from ray import serve
 
-    from serving.loadgen import isolation_scenario, overload_scenario
-    from serving.testing import SMALL_LLAMA, save_tiny_model_dir
+    from benchmarks.loadgen import isolation_scenario, overload_scenario
+    from serving.tiny_models import SMALL_LLAMA, save_tiny_model_dir
     from tests.integration.serve_helpers import deploy
 
     duration_s = 15.0 if args.quick else 60.0

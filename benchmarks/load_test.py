@@ -135,7 +135,7 @@ def main() -> None:
     import ray
     from ray import serve
 
-    from serving.testing import SMALL_LLAMA, save_tiny_model_dir
+    from serving.tiny_models import SMALL_LLAMA, save_tiny_model_dir
     from tests.integration.serve_helpers import deploy
 
     duration_s = 15.0 if args.quick else 60.0

@@ -18,13 +18,17 @@ import argparse
 import asyncio
 import json
 import os
+import sys
 import tempfile
 import time
 from functools import partial
 from pathlib import Path
 
-import _common as c
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from benchmarks import _common as c
 
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # before anything imports ray
 
@@ -117,7 +121,7 @@ async def engine_one(engine, req: c.Request, mark: c.Mark) -> int:
 async def handle_one(handle, req: c.Request, mark: c.Mark) -> int:
     kw = dict(max_tokens=req.max_new_tokens, temperature=0.0, ignore_eos=True)
     gen = handle.generate_stream.remote(req.prompt, priority="interactive", **kw)
-    return await _count(gen, mark, lambda part: part["token_ids"])
+    return await _count(gen, mark, lambda part: part.token_ids)
 
 
 async def http_one(client, req: c.Request, mark: c.Mark) -> int:
@@ -201,7 +205,7 @@ async def serve_paths(reqs: list[c.Request], concurrency: int) -> list[c.RunResu
 
     async def poll() -> tuple[int, int]:
         info = await hot.info.remote()
-        return info["running"], info["waiting"]
+        return info.running, info.waiting
 
     handle = serve.get_app_handle(APP).options(stream=True)
     out = [await run_path("handle", reqs, partial(handle_one, handle), concurrency, poll)]
@@ -285,8 +289,8 @@ def parse_args() -> argparse.Namespace:
 
 
 def prepare_model(name: str, tmp: str) -> Path:
-    from serving.models import resolve_model_dir
-    from serving.testing import save_tiny_model_dir
+    from serving.model_source import resolve_model_dir
+    from serving.tiny_models import save_tiny_model_dir
 
     if name == "tiny":
         return save_tiny_model_dir(Path(tmp) / "tiny", **TINY)
@@ -305,7 +309,7 @@ def main() -> None:
         workload = {
             "num_requests": n,
             "concurrency": args.concurrency,
-            "trace": str(c.TRACE_PATH),
+            "trace": str(c.TRACE_PATH.relative_to(c.REPO_ROOT)),
             "scaling": SCALING.describe(),
             "prompt_tokens_mean": sum(len(r.prompt) for r in reqs) / n,
             "output_tokens_mean": sum(r.max_new_tokens for r in reqs) / n,
@@ -318,7 +322,7 @@ def main() -> None:
         engine_res, info = run_engine(model_dir, reqs, args.concurrency)
         served = run_serve(model_dir, reqs, args)
         results = [engine_res, *served]
-    model = {"name": name, "dir": str(model_dir), **info}
+    model = {"name": name, **info}  # not the folder: it is a path of this machine
     report = build_report(args, model, workload, results)
     report["total_wall_s"] = time.perf_counter() - t0
     print_report(report)

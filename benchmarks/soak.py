@@ -32,7 +32,7 @@ WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "w
 
 
 def make_body(rng: random.Random) -> tuple[str, dict]:
-    from serving.loadgen import body_for
+    from benchmarks.loadgen import body_for
 
     tier = rng.choices([t for t, _ in MIX], [w for _, w in MIX])[0]
     prompt = " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 60)))
@@ -65,7 +65,7 @@ async def abandoners(url: str, duration_s: float, period_s: float) -> int:
 
 
 async def soak(url: str, duration_s: float, rate_rps: float) -> dict:
-    from serving.loadgen import open_loop, sample_rss, summarize
+    from benchmarks.loadgen import open_loop, sample_rss, summarize
 
     stop = asyncio.Event()
     sampler = asyncio.create_task(sample_rss(APP, 5.0, stop))
@@ -100,7 +100,7 @@ def main() -> None:
     import ray
     from ray import serve
 
-    from serving.testing import save_tiny_model_dir
+    from serving.tiny_models import save_tiny_model_dir
     from tests.integration.serve_helpers import IDLE, app_args, deploy, wait_idle
 
     duration_s = 120.0 if args.quick else 1800.0

@@ -190,7 +190,7 @@ class StepRecorder:
 
 
 def make_tiny_model_dir(path: str | Path) -> Path:
-    from serving.testing import SMALL_LLAMA, save_tiny_model_dir
+    from serving.tiny_models import SMALL_LLAMA, save_tiny_model_dir
 
     return save_tiny_model_dir(path, arch="llama", **SMALL_LLAMA)
 

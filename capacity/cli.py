@@ -40,9 +40,15 @@ def load_model_config(model: str) -> dict[str, Any]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m capacity")
+    parser = argparse.ArgumentParser(
+        prog="python -m capacity", formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("plan", help="memory budget, roofline throughput and replicas at peak")
+    p = sub.add_parser(
+        "plan",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        help="memory budget, roofline throughput and replicas at peak",
+    )
     p.add_argument("--model", required=True, help="model dir, config.json, or cached hub id")
     p.add_argument("--gpu", required=True, help="catalogue GPU, e.g. H100-SXM, h100, L4")
     p.add_argument("--dtype", default="bf16")
@@ -123,7 +129,11 @@ def _add_profile_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _add_calibrate_parser(sub) -> None:
-    c = sub.add_parser("calibrate", help="measure engine step costs on this device, save a profile")
+    c = sub.add_parser(
+        "calibrate",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        help="measure engine step costs on this device, save a profile",
+    )
     c.add_argument("--model", required=True, help="model directory, or 'tiny' (random Llama)")
     c.add_argument("--out", default="profile.json", help="profile JSON path")
     c.add_argument("--quick", action="store_true", help="smaller grid, fewer decode steps")

@@ -263,7 +263,7 @@ def write_pools(path: str | os.PathLike, hot_replicas: int, cold_max_replicas: i
     if the written file fails `load_cluster_yaml`, the original is restored and the error re-raised.
     """
     from serving.config import load_cluster_yaml
-    from serving.config_sections import ColdPool
+    from serving.config.sections import ColdPool
 
     for name, v, lo in (
         ("hot_replicas", hot_replicas, 1),

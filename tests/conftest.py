@@ -35,7 +35,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from serving.testing import tiny_tokenizer
+    from serving.tiny_models import tiny_tokenizer
 
     return tiny_tokenizer()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from serving._validate import check_choice, check_range
+from common.validate import check_choice, check_range
 
 KVMode = Literal["reserve", "on_demand"]
 KV_MODES = ("reserve", "on_demand")

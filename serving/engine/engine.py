@@ -24,7 +24,8 @@ from serving.engine.kv_blocks import BlockPool
 from serving.engine.ledger import KVLedger, concurrency_limit
 from serving.engine.outputs import RequestOutput, StreamDelta
 from serving.engine.runner import HFRunner, PagedRunner, Runner
-from serving.engine.sampling import SamplingParams, make_generator
+from serving.engine.sampler import make_generator
+from serving.engine.sampling_params import SamplingParams
 from serving.engine.scheduler import Scheduler
 from serving.engine.sequence import RequestId, Sequence, Tier
 from serving.engine.stats import EngineStats, StatsTracker

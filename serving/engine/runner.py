@@ -15,7 +15,7 @@ import torch
 from serving.engine import attention
 from serving.engine.attention import DecodeGroup, PagedMetadata, PrefillSegment
 from serving.engine.kv_blocks import BlockPool
-from serving.engine.sampling import sample
+from serving.engine.sampler import sample
 from serving.engine.scheduler import ScheduledBatch
 from serving.engine.sequence import Sequence
 

@@ -8,27 +8,10 @@ from typing import NewType
 
 import torch
 
-from serving.engine.sampling import SamplingParams
+from common.tiers import Tier
+from serving.engine.sampling_params import SamplingParams
 
 RequestId = NewType("RequestId", str)
-
-
-class Tier(enum.IntEnum):
-    """Priority lanes (R5); a lower value is served first."""
-
-    INTERACTIVE = 0
-    ANALYTICAL = 1
-    OFFLINE = 2
-
-    @classmethod
-    def parse(cls, value: str | Tier) -> Tier:
-        if isinstance(value, Tier):
-            return value
-        try:
-            return cls[str(value).upper()]
-        except KeyError:
-            names = [t.name.lower() for t in cls]
-            raise ValueError(f"tier={value!r} is not allowed; choose one of {names}") from None
 
 
 class SeqStatus(enum.Enum):

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from common.stats import percentile
+
 
 @dataclass(frozen=True, slots=True)
 class EngineStats:
@@ -37,15 +39,6 @@ class EngineStats:
     def kv_use_fraction(self) -> float:
         busy = max(self.num_kv_blocks_used, self.num_kv_blocks_reserved)
         return busy / self.num_kv_blocks_total
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in [0, 100]); 0.0 for no values."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    k = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))
-    return ordered[k]
 
 
 class StatsTracker:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from serving.engine import EngineConfig, LLMEngine, SamplingParams
-from serving.testing import tiny_model
+from serving.tiny_models import tiny_model
 from tests.conftest import random_prompts
 
 pytestmark = [

@@ -19,11 +19,11 @@ def main(model_dir: str, port: int) -> dict:
     import ray
     from ray import serve
     from ray.cluster_utils import Cluster
-    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
 
     from autoscaling.controller import ensure_controller
     from serving.app import build_app
     from serving.config import AppConfig
+    from serving.ray_internals import serve_controller
     from tests.integration.test_serve_app import app_args
 
     cluster = Cluster(
@@ -53,7 +53,7 @@ def main(model_dir: str, port: int) -> dict:
         )
         ctl_node = ray.get(controller.status.remote(), timeout=60)["node_id"]
         ray.kill(controller, no_restart=True)
-        serve_ctl = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+        serve_ctl = serve_controller()
         details = ray.get(serve_ctl.get_serve_instance_details.remote())
         deployments = details["applications"]["placement"]["deployments"]
         nodes = {"head": cluster.head_node.node_id, "hot": hot.node_id, "cold": cold.node_id}

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 
 import httpx
 
+from serving.llm.messages import ReplicaInfo
+
 
 def app_args(model_dir, **overrides) -> dict:
     """A small but real configuration: tiny model, 8 MiB KV, 1 hot + 1 cold replica."""
@@ -59,39 +61,10 @@ def deploy(
 def build_app_with_env(args: dict, env: Mapping[str, Mapping]):
     """serving.app.build_app, with per-deployment environment variables: what an operator sets
     with a runtime_env in cluster.yaml, and how tests inject faults into one pool only."""
-    from ray import serve
-
-    from serving import app as app_mod
+    from serving.app import build_graph
     from serving.config import AppConfig
-    from serving.http import HttpIngress
-    from serving.replica import ModelReplica
 
-    if not env:
-        return app_mod.build_app(args)
-    cfg = AppConfig.from_args(args)
-    shared = cfg.replica_args()
-
-    def with_env(options: dict, name: str) -> dict:
-        if name in env:
-            actor = dict(options.get("ray_actor_options") or {})
-            actor["runtime_env"] = {"env_vars": dict(env[name])}
-            options = {**options, "ray_actor_options": actor}
-        return options
-
-    hot_options = app_mod._replica_options(
-        cfg, "hot", cfg.pools.hot.num_replicas, cfg.pools.hot.resources
-    )
-    replica = serve.deployment(ModelReplica)
-    hot = replica.options(**with_env(hot_options, "hot")).bind(shared, "hot")
-    cold = replica.options(**with_env(app_mod._cold_options(cfg), "cold")).bind(shared, "cold")
-    ingress_options = {  # as serving/app.py's build_app sets them
-        "name": "ingress",
-        "num_replicas": 1,
-        "ray_actor_options": {"num_cpus": 0, "resources": {"node:__internal_head__": 0.001}},
-        "max_ongoing_requests": cfg.server.ingress_max_ongoing_requests,
-    }
-    ingress = serve.deployment(HttpIngress).options(**with_env(ingress_options, "ingress"))
-    return ingress.bind(shared, hot, cold)
+    return build_graph(AppConfig.from_args(args), env)
 
 
 def wait_ready(name: str, timeout_s: float = 180.0, pools_running: tuple = ()) -> None:
@@ -120,15 +93,12 @@ def wait_ready(name: str, timeout_s: float = 180.0, pools_running: tuple = ()) -
 
 
 def running_replicas(app: str, deployment: str) -> int:
-    from ray import serve
+    from serving.serve_status import running_replicas as running
 
-    status = serve.status().applications.get(app)
-    if status is None or deployment not in status.deployments:
-        return 0
-    return status.deployments[deployment].replica_states.get("RUNNING", 0)
+    return running(app).get(deployment, 0)
 
 
-def replica_infos(app: str, pools=("hot", "cold")) -> dict[str, dict]:
+def replica_infos(app: str, pools=("hot", "cold")) -> dict[str, ReplicaInfo]:
     """info() of one replica per pool that has a running replica."""
     from ray import serve
 
@@ -139,8 +109,8 @@ def replica_infos(app: str, pools=("hot", "cold")) -> dict[str, dict]:
     }
 
 
-def kv_state(info: dict) -> dict:
-    return {k: info[k] for k in KV_KEYS}
+def kv_state(info: ReplicaInfo) -> dict:
+    return {k: getattr(info, k) for k in KV_KEYS}
 
 
 KV_KEYS = ("kv_blocks_used", "kv_blocks_reserved", "running", "waiting", "live_requests")

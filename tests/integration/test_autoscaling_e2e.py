@@ -23,7 +23,7 @@ import time
 import httpx
 import pytest
 
-from serving.testing import save_tiny_model_dir
+from serving.tiny_models import save_tiny_model_dir
 from tests.integration.test_serve_app import app_args
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 import pytest
 
-from serving.testing import save_tiny_embedding_dir
+from serving.tiny_models import save_tiny_embedding_dir
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +51,7 @@ def deploy(args, name: str, route_prefix: str, timeout_s: float = 120.0) -> None
 def served(ray_cluster, tmp_path_factory):
     from ray import serve
 
-    from serving.embeddings import EmbeddingModel
+    from serving.embed.model import EmbeddingModel
 
     model_dir = save_tiny_embedding_dir(tmp_path_factory.mktemp("e") / NAME, seed=11)
     serve.start(http_options={"host": "127.0.0.1", "port": PORT})
@@ -124,6 +124,6 @@ def test_full_queue_is_429_with_retry_after_and_the_handle_api_works(served):
     assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
     assert r.json()["error"]["code"] == "rate_limit_exceeded"
     out = serve.get_app_handle("small").embed.remote(["a", "bb"]).result(timeout_s=60)
-    assert out["model"] == NAME and len(out["embeddings"]) == 2
-    np.testing.assert_allclose(out["embeddings"][1], alone(served["local"], "bb"), atol=1e-5)
+    assert out.model == NAME and len(out.vectors) == 2
+    np.testing.assert_allclose(out.vectors[1], alone(served["local"], "bb"), atol=1e-5)
     serve.delete("small")

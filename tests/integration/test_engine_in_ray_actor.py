@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from serving.engine import EngineConfig, LLMEngine, SamplingParams
-from serving.testing import tiny_model, tiny_tokenizer
+from serving.tiny_models import tiny_model, tiny_tokenizer
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,8 @@ import time
 import httpx
 import pytest
 
-from serving.replica import FAIL_SELF_CHECK_ENV
-from serving.testing import SMALL_LLAMA, save_tiny_model_dir
+from serving.llm.replica import FAIL_SELF_CHECK_ENV
+from serving.tiny_models import SMALL_LLAMA, save_tiny_model_dir
 from tests.integration.serve_helpers import (
     IDLE,
     app_args,
@@ -132,9 +132,7 @@ def test_replica_failing_its_self_check_never_gets_traffic(served):
     assert codes == [200] * 6
     handle = serve.get_app_handle("badwarm")
     pools = {
-        handle.generate.remote("x", max_tokens=2, priority="analytical").result(timeout_s=60)[
-            "pool"
-        ]
+        handle.generate.remote("x", max_tokens=2, priority="analytical").result(timeout_s=60).pool
         for _ in range(4)
     }
     assert pools == {"hot"}

@@ -7,13 +7,12 @@ One app with an API key, a 256-token max_model_len and a 64 KiB body cap, on 127
 from __future__ import annotations
 
 import json
-import pathlib
 import uuid
 
 import httpx
 import pytest
 
-from serving.testing import save_tiny_model_dir
+from serving.tiny_models import save_tiny_model_dir
 from tests.integration.serve_helpers import IDLE, app_args, deploy, sse_frames, wait_idle
 
 pytestmark = pytest.mark.integration
@@ -148,7 +147,7 @@ HANDLE_BAD_INPUT = [
 def test_bad_handle_calls_raise_a_400_api_error_naming_the_problem(served, kwargs, needle):
     from ray import serve
 
-    from serving.protocol import ApiError
+    from serving.api.errors import ApiError
 
     handle = serve.get_app_handle(APP)
     with pytest.raises(ApiError) as info:
@@ -196,8 +195,6 @@ def test_prompts_and_completions_stay_out_of_the_logs(served):
     those requests are (so the check reads live, flushed logs)."""
     import time
 
-    import ray
-
     base, prompt = served["base"], f"{CANARY} tell me about {CANARY}"
     texts = []
     r = httpx.post(base + C, json={"prompt": prompt, "max_tokens": 24}, headers=AUTH, timeout=60)
@@ -212,7 +209,9 @@ def test_prompts_and_completions_stay_out_of_the_logs(served):
     # Serve logs every request with its id: those ids in the logs prove they are flushed and read.
     request_ids = [r.headers["x-request-id"], refused.headers["x-request-id"]]
     time.sleep(2)  # let log handlers flush
-    logs_dir = pathlib.Path(ray._private.worker._global_node.get_logs_dir_path())
+    from serving.ray_internals import logs_dir as ray_logs_dir
+
+    logs_dir = ray_logs_dir()
     corpus = "\n".join(f.read_text(errors="replace") for f in logs_dir.rglob("*") if f.is_file())
     assert all(rid in corpus for rid in request_ids)  # positive control
     assert CANARY not in corpus

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from serving.testing import save_tiny_model_dir
+from serving.tiny_models import save_tiny_model_dir
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ import asyncio
 
 import pytest
 
-from serving.loadgen import isolation_scenario, overload_scenario
-from serving.testing import SMALL_LLAMA, save_tiny_model_dir
+from benchmarks.loadgen import isolation_scenario, overload_scenario
+from serving.tiny_models import SMALL_LLAMA, save_tiny_model_dir
 from tests.integration.serve_helpers import IDLE, app_args, deploy, wait_idle
 
 pytestmark = pytest.mark.integration

@@ -67,7 +67,7 @@ class DummyReplica:
     def __init__(self, report_log) -> None:
         from ray import serve
 
-        from serving.metrics import ReplicaMetrics
+        from serving.llm.metrics import ReplicaMetrics
 
         self.rank = serve.get_replica_context().rank.rank
         self.report_log = report_log
@@ -123,7 +123,7 @@ def app(ray_cluster):
         max_ongoing_requests=100,  # the test is about ranking, not about a full replica
         ray_actor_options={"num_cpus": 0},
         request_router_config=RequestRouterConfig(
-            request_router_class="serving.routing:KVHeadroomRouter",
+            request_router_class="serving.llm.router:KVHeadroomRouter",
             request_routing_stats_period_s=STATS_PERIOD_S,
         ),
     )
@@ -168,8 +168,9 @@ def test_router_sends_most_requests_to_the_replica_with_most_headroom(app):
 
 def test_replica_metrics_reach_prometheus_under_ray_prefixed_names(app):
     assert app.handle.remote().result(timeout_s=20) in (0, 1)  # one observe_request at least
-    node = app.ray._private.worker.global_worker.node
-    url = f"http://127.0.0.1:{node.metrics_export_port}/metrics"
+    from serving.ray_internals import metrics_export_port
+
+    url = f"http://127.0.0.1:{metrics_export_port()}/metrics"
     expected = [
         "ray_tideserve_ttft_seconds_bucket{",
         "ray_tideserve_e2e_latency_seconds_count{",

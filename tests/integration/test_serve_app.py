@@ -15,7 +15,7 @@ import time
 import httpx
 import pytest
 
-from serving.testing import save_tiny_model_dir
+from serving.tiny_models import save_tiny_model_dir
 from tests.integration.serve_helpers import app_args, deploy
 
 pytestmark = pytest.mark.integration
@@ -133,16 +133,17 @@ def test_handle_call_from_a_second_driver(served):
                                 temperature=0).result(timeout_s=60)
         parts = list(h.options(stream=True).generate_stream.remote("def main():", max_tokens=6,
                      temperature=0))
-        print(json.dumps({{"out": out, "stream_text": "".join(p["text"] for p in parts)}}))
+        print(json.dumps({{"pool": out.pool, "completion_tokens": out.usage["completion_tokens"],
+                          "text": out.text, "stream_text": "".join(p.text for p in parts)}}))
     """)
     proc = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["out"]["pool"] == "cold"  # analytical goes to the cold pool first
-    assert result["out"]["usage"]["completion_tokens"] >= 1
-    assert result["stream_text"] == result["out"]["text"]
+    assert result["pool"] == "cold"  # analytical goes to the cold pool first
+    assert result["completion_tokens"] >= 1
+    assert result["stream_text"] == result["text"]
 
 
 def test_interactive_overflows_to_cold_then_429_when_all_full(served):
@@ -170,7 +171,7 @@ def test_interactive_overflows_to_cold_then_429_when_all_full(served):
     pools, refused = [], 0
     for resp in responses:
         try:
-            pools.append(resp.result(timeout_s=120)["pool"])
+            pools.append(resp.result(timeout_s=120).pool)
         except Exception as err:  # the burst may exceed both pools: that is a 429
             assert "saturated" in str(err)
             refused += 1
@@ -214,7 +215,7 @@ def test_scale_down_under_load_fails_no_request(served):
                 out = handle.generate.remote(
                     "x", max_tokens=30, temperature=0, ignore_eos=True
                 ).result(timeout_s=120)
-                results.append(out["finish_reason"])
+                results.append(out.finish_reason)
             except Exception as err:  # recorded, and the test fails on it below
                 results.append(f"FAILED: {err!r}"[:300])
 
@@ -261,9 +262,9 @@ def test_hot_and_cold_run_one_configuration_and_are_warm(served):
         pool: serve.get_deployment_handle(pool, APP).info.remote().result(timeout_s=60)
         for pool in ("hot", "cold")
     }
-    assert {i["fingerprint"] for i in infos.values()} == {expected}
-    assert infos["hot"]["pool"] == "hot" and infos["cold"]["pool"] == "cold"
-    assert all(i["warmup_s"] > 0 and i["kv_blocks_total"] > 0 for i in infos.values())
+    assert {i.fingerprint for i in infos.values()} == {expected}
+    assert infos["hot"].pool == "hot" and infos["cold"].pool == "cold"
+    assert all(i.warmup_s > 0 and i.kv_blocks_total > 0 for i in infos.values())
     assert httpx.get(served["base"] + "/health", timeout=30).json()["pools"] == {
         "hot": True,
         "cold": True,

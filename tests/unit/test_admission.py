@@ -1,9 +1,9 @@
-"""Replica admission (serving/admission.py): refuse rather than queue without bound."""
+"""Replica admission (serving/llm/admission.py): refuse rather than queue without bound."""
 
 from __future__ import annotations
 
-from serving.admission import admit
 from serving.engine import EngineStats
+from serving.llm.admission import admit
 
 
 def stats(waiting=None, running=None, used=0, reserved=0, limit=8, wait_p50=0.0) -> EngineStats:
@@ -73,7 +73,7 @@ def test_offline_needs_idle_kv_headroom():
 
 
 def test_lower_tiers_may_fill_only_half_of_the_replicas_serve_slots():
-    from serving.admission import max_in_replica
+    from serving.llm.admission import max_in_replica
 
     assert max_in_replica("interactive", 64) == 64 and max_in_replica("offline", 64) == 32
     half_full = stats(waiting={"offline": 28}, running={"offline": 2, "interactive": 2})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from serving.batch_tuner import (
+from serving.embed.tuner import (
     DOUBLE,
     HOLD,
     STEP_BACK,
@@ -116,8 +116,8 @@ def test_config_errors_name_field_value_and_range(overrides, message):
 
 
 def test_every_change_is_a_metric_and_the_knobs_are_gauges():
-    from serving.batch_metrics import BATCH_TARGET_SIZE, BATCH_WINDOW, TUNER_CHANGES, BatchMetrics
-    from serving.batch_tuner import TunerDecision
+    from serving.embed.metrics import BATCH_TARGET_SIZE, BATCH_WINDOW, TUNER_CHANGES, BatchMetrics
+    from serving.embed.tuner import TunerDecision
 
     class Recorder:
         def __init__(self, name):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from serving.batching import (
+from serving.embed.batching import (
     Batch,
     BatchingConfig,
     BatchPolicy,

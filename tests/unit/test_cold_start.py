@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaling.cold_start import ColdStartTracker, percentile
+from autoscaling.cold_start import ColdStartTracker
+from common.stats import percentile
 
 
 def test_each_rise_of_the_running_count_completes_the_oldest_request():
@@ -39,7 +40,7 @@ def test_a_lowered_target_cancels_the_newest_pending_requests():
 def test_p95_is_nearest_rank_and_samples_restore_from_history():
     tracker = ColdStartTracker(samples_s=[float(i) for i in range(1, 21)], max_samples=64)
     assert tracker.p95_s() == 19.0  # ceil(0.95 x 20) = 19th of 1..20
-    assert percentile([], 95) is None
+    assert percentile([], 95, empty=None) is None
     assert percentile([7.0], 95) == 7.0
 
 

@@ -4,27 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaling.signals import (
-    ModelClock,
-    RateMeter,
-    ReplicaReport,
-    ReportBook,
-    lead_override_s,
-)
+from autoscaling.signals import ModelClock, RateMeter, ReportBook, lead_override_s
 from autoscaling.status_cli import format_status
 from serving.config import AppConfig
+from serving.llm.messages import ReplicaReport
 
 
 def _report(replica: str, pool: str = "hot", waiting: int = 0, wait_s: float = 0.0):
-    return ReplicaReport.from_dict(
-        {
-            "pool": pool,
-            "replica_id": replica,
-            "num_waiting": waiting,
-            "num_running": 1,
-            "queue_wait_p99_s": wait_s,
-            "kv_use_fraction": 0.5,
-        }
+    return ReplicaReport(
+        pool=pool,
+        replica_id=replica,
+        num_waiting=waiting,
+        num_running=1,
+        queue_wait_p99_s=wait_s,
+        kv_use_fraction=0.5,
     )
 
 
@@ -103,7 +96,7 @@ def test_status_text_shows_forecast_targets_and_reasons():
         "cold_start_p95_s": 41.5,
         "cold_start_samples_s": [30.0, 41.5],
         "pending_cold_starts": 0,
-        "history_path": "/tmp/h.json",
+        "history_path": "~/.cache/tideserve/autoscaler-tideserve.json",
         "last": {
             "state": "running",
             "rate_rps": 12.0,
@@ -149,19 +142,12 @@ def test_replica_reporter_looks_the_controller_up_sparingly_and_pushes_its_numbe
     monkeypatch.setattr(ray, "get_actor", get_actor)
     reporter = ControllerReporter("shop", "cold", "r1")
     for _ in range(2 * (LOOKUP_EVERY_CALLS + 1)):
-        reporter.report(1, 2, 0.3, 0.4)  # no controller: at most one lookup per window
+        reporter.report(ReplicaReport("cold", "r1", 1, 2, 0.3, 0.4))  # no controller: at most
+        # one lookup per window
     assert len(lookups) == 2 and sent == []
     assert lookups[0] == (controller_name("shop"), "tideserve")
     controller_up = True
     for _ in range(LOOKUP_EVERY_CALLS + 1):
-        reporter.report(3, 1, 0.5, 0.25)
-    assert sent[-1] == {
-        "pool": "cold",
-        "replica_id": "r1",
-        "num_waiting": 3,
-        "num_running": 1,
-        "queue_wait_p99_s": 0.5,
-        "kv_use_fraction": 0.25,
-    }
+        reporter.report(ReplicaReport("cold", "r1", 3, 1, 0.5, 0.25))
+    assert sent[-1] == ReplicaReport("cold", "r1", 3, 1, 0.5, 0.25)
     assert len(lookups) == 3  # found once, then the handle is reused
-    assert ReplicaReport.from_dict(sent[-1]).num_waiting == 3

@@ -1,4 +1,4 @@
-"""Pool order with failover and stop strings (serving/dispatch.py), with fake handles."""
+"""Pool order with failover and stop strings (serving/llm/dispatch.py), with fake handles."""
 
 from __future__ import annotations
 
@@ -6,8 +6,11 @@ import asyncio
 
 import pytest
 
-from serving.dispatch import StopStrings, open_stream
-from serving.protocol import ApiError
+from serving.api.errors import ApiError
+from serving.engine import SamplingParams
+from serving.llm.dispatch import open_stream
+from serving.llm.messages import Delta, Failure, GenerateRequest, Refusal
+from serving.llm.stop_strings import StopStrings
 
 
 class FakeStream:
@@ -47,13 +50,17 @@ class FakeHandle:
         return FakeStream(self.items)
 
 
-DELTA = {"type": "delta", "text": "a", "finished": True}
-REFUSED = {"type": "refused", "reason": "queue full", "retry_after_s": 3.0}
+DELTA = Delta("a", (5,), True, "length", 1, 1, "hot")
+REFUSED = Refusal("queue full", 3.0)
+
+
+def request(tier: str) -> GenerateRequest:
+    return GenerateRequest("req-1", (1, 2), SamplingParams(max_tokens=1), tier)
 
 
 def run(handles, tier, available=None):
     available = available or {"hot": True, "cold": True}
-    return asyncio.run(open_stream(handles, available, {"tier": tier}, 2.0))
+    return asyncio.run(open_stream(handles, available, request(tier), 2.0))
 
 
 def test_interactive_prefers_hot_and_overflows_to_cold():
@@ -99,7 +106,7 @@ def test_replica_error_is_a_400_without_failover():
     with pytest.raises(ApiError) as err:
         run(
             {
-                "hot": FakeHandle([{"type": "error", "status": 400, "message": "too long"}]),
+                "hot": FakeHandle([Failure(400, "too long")]),
                 "cold": cold,
             },
             "interactive",
@@ -134,14 +141,14 @@ def test_final_flushes_held_text():
 
 
 def test_a_recent_refusal_of_a_lower_tier_is_remembered_briefly():
-    from serving.dispatch import RefusalMemo
+    from serving.llm.dispatch import RefusalMemo
 
     memo = RefusalMemo(hold_s=0.5)
     cold, hot = FakeHandle([REFUSED]), FakeHandle([REFUSED])
     handles, available = {"hot": hot, "cold": cold}, {"hot": True, "cold": True}
 
     def attempt(tier, now):
-        return asyncio.run(open_stream(handles, available, {"tier": tier}, 2.0, memo, now))
+        return asyncio.run(open_stream(handles, available, request(tier), 2.0, memo, now))
 
     with pytest.raises(ApiError):
         attempt("offline", now=10.0)

@@ -14,11 +14,11 @@ import time
 import numpy as np
 import pytest
 
-from serving.batch_loop import BatchLoop, QueueFullError
-from serving.batching import BatchingConfig
-from serving.embed_protocol import EmbeddingRequest, embedding_response
-from serving.embeddings import EmbeddingModel, Pooling, pool, read_pooling
-from serving.testing import save_tiny_embedding_dir
+from serving.api.embeddings import EmbeddingRequest, embedding_response
+from serving.embed.batch_loop import BatchLoop, QueueFullError
+from serving.embed.batching import BatchingConfig
+from serving.embed.model import EmbeddingModel, Pooling, pool, read_pooling
+from serving.tiny_models import save_tiny_embedding_dir
 
 
 @pytest.fixture(scope="module")
@@ -252,7 +252,7 @@ def test_cluster_yaml_embedding_app_builds_one_batching_deployment():
     import yaml
 
     from serving.app import build_app
-    from serving.embed_replica import EmbedReplica
+    from serving.embed.replica import EmbedReplica
 
     doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "cluster.yaml").read_text())
     (args,) = [a["args"] for a in doc["applications"] if a["name"] == "embeddings"]

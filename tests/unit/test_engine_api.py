@@ -12,7 +12,7 @@ from serving.engine import (
     RequestTimeoutError,
     SamplingParams,
 )
-from serving.testing import save_tiny_model_dir, tiny_model
+from serving.tiny_models import save_tiny_model_dir, tiny_model
 
 GREEDY = SamplingParams(max_tokens=8, temperature=0)
 

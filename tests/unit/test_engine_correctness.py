@@ -14,7 +14,7 @@ import torch
 
 from serving.engine import EngineConfig, LLMEngine, SamplingParams
 from serving.engine import runner as runner_mod
-from serving.testing import tiny_model
+from serving.tiny_models import tiny_model
 from tests.conftest import random_prompts
 
 NUM_REQUESTS = 36

@@ -6,7 +6,7 @@ import pytest
 
 from serving.engine.kv_blocks import BlockPool, Refused
 from serving.engine.ledger import KVLedger, concurrency_limit
-from serving.engine.sampling import SamplingParams
+from serving.engine.sampling_params import SamplingParams
 from serving.engine.sequence import Sequence, Tier
 
 

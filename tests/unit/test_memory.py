@@ -91,7 +91,7 @@ def test_bad_dtype_and_sizes_are_named():
 
 
 def test_param_estimate_close_to_real_model():
-    from serving.testing import tiny_model
+    from serving.tiny_models import tiny_model
 
     model = tiny_model("qwen2")
     real = sum(p.numel() for p in model.parameters())
@@ -100,7 +100,7 @@ def test_param_estimate_close_to_real_model():
 
 def test_engine_allocates_exactly_what_the_formula_says():
     from serving.engine import EngineConfig, LLMEngine
-    from serving.testing import tiny_model
+    from serving.tiny_models import tiny_model
 
     for arch in ("llama", "qwen2"):
         model = tiny_model(arch)

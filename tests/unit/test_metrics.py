@@ -8,7 +8,7 @@ import math
 import pytest
 
 from capacity.probe import GpuSample
-from serving import metrics as m
+from serving.llm import metrics as m
 from tests.conftest import engine_stats
 
 

@@ -1,4 +1,4 @@
-"""serving.models: local dirs, the cached-hub-only rule, and the embedded SmolLM2 default."""
+"""serving.model_source: local dirs, the cached-hub-only rule, and the embedded SmolLM2 default."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from serving import models
-from serving.models import EMBEDDED, resolve_model_dir, served_name_for
-from serving.testing import save_tiny_model_dir
+from serving import model_source as models
+from serving.model_source import EMBEDDED, resolve_model_dir, served_name_for
+from serving.tiny_models import save_tiny_model_dir
 
 
 def test_local_dir_resolves_to_itself(tmp_path):

@@ -1,4 +1,4 @@
-"""OpenAI request validation (serving/protocol.py): what common clients send is accepted."""
+"""OpenAI request validation (serving/api/openai.py): what common clients send is accepted."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import pickle
 import pytest
 from pydantic import ValidationError
 
-from serving import protocol as p
+from serving.api import openai as p
+from serving.api.errors import ApiError
 
 
 def test_fields_common_clients_send_are_accepted():
@@ -68,7 +69,7 @@ def test_empty_messages_and_unknown_roles_are_rejected():
 
 
 def test_api_error_body_and_pickling():
-    err = p.ApiError(
+    err = ApiError(
         429, "busy", type_="rate_limit_error", code="rate_limit_exceeded", retry_after_s=3.0
     )
     assert err.body() == {

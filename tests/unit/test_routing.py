@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from serving.routing import (
+from serving.llm.router import (
     ROUTING_STATS_KEYS,
     KVHeadroomRouter,
     headroom_tokens,
@@ -163,12 +163,9 @@ class FakeReplica:
 
 
 def make_router() -> KVHeadroomRouter:
-    from ray.serve._private.common import DeploymentHandleSource, DeploymentID
+    from serving.ray_internals import router_kwargs
 
-    router = KVHeadroomRouter(
-        deployment_id=DeploymentID(name="hot", app_name="app"),
-        handle_source=DeploymentHandleSource.UNKNOWN,
-    )
+    router = KVHeadroomRouter(**router_kwargs("hot", "app"))
     router.initialize_state()
     return router
 
@@ -197,7 +194,7 @@ def test_router_importable_by_the_string_serve_uses():
     from ray.serve.config import RequestRouterConfig
 
     config = RequestRouterConfig(
-        request_router_class="serving.routing:KVHeadroomRouter",
+        request_router_class="serving.llm.router:KVHeadroomRouter",
         request_routing_stats_period_s=0.5,
     )
     assert config.get_request_router_class().__name__ == "KVHeadroomRouter"

@@ -7,7 +7,7 @@ import pytest
 from serving.engine.config import EngineConfig
 from serving.engine.kv_blocks import BlockPool
 from serving.engine.ledger import KVLedger
-from serving.engine.sampling import SamplingParams
+from serving.engine.sampling_params import SamplingParams
 from serving.engine.scheduler import Scheduler
 from serving.engine.sequence import SeqStatus, Sequence, Tier
 

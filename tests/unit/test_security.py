@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from serving import protocol as p
+from serving.api.errors import ApiError
+from serving.api.http import check_api_key
 from serving.engine import loader
-from serving.ingress import check_api_key
 
 EVIL_CODE = """
 import pathlib
@@ -59,13 +59,12 @@ def request_with(authorization: str | None):
      "Basic sk-secret", "Bearer  sk-secretx"],
 )  # fmt: skip
 def test_a_wrong_missing_or_unschemed_key_is_a_401(authorization):
-    ingress = SimpleNamespace(api_key="sk-secret")
-    with pytest.raises(p.ApiError) as info:
-        check_api_key(ingress, request_with(authorization))
+    with pytest.raises(ApiError) as info:
+        check_api_key("sk-secret", request_with(authorization))
     assert info.value.status == 401 and info.value.code == "invalid_api_key"
 
 
 @pytest.mark.parametrize("authorization", ["Bearer sk-secret", "bearer sk-secret"])
 def test_the_right_key_passes_and_no_key_configured_means_open(authorization):
-    check_api_key(SimpleNamespace(api_key="sk-secret"), request_with(authorization))
-    check_api_key(SimpleNamespace(api_key=None), request_with(None))
+    check_api_key("sk-secret", request_with(authorization))
+    check_api_key(None, request_with(None))

@@ -1,0 +1,223 @@
+"""Open-loop HTTP load against an OpenAI-compatible endpoint, for tests and benchmarks.
+
+Open loop: requests leave on a Poisson schedule whatever the server does, as real users do, so
+an overloaded server shows up as 429s and latency, not as a politely slowed client. Each request
+streams, so time to first token (TTFT) is measured where the client sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+
+from common.stats import percentile
+from serving.ray_internals import local_raylet_pid
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    tier: str
+    status: int
+    sent_s: float  # since the run started
+    latency_s: float
+    ttft_s: float | None = None
+    num_chunks: int = 0
+    retry_after: str | None = None
+    error: str | None = None  # transport error, or an error event inside a 200 stream
+
+
+def body_for(tier: str, prompt: str, max_tokens: int) -> dict:
+    return {
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "temperature": 0,
+        "stream": True,
+        "priority": tier,
+    }
+
+
+async def one_request(
+    client: httpx.AsyncClient, url: str, body: dict, tier: str, start: float
+) -> Outcome:
+    sent = time.monotonic()
+    ttft, chunks, error = None, 0, None
+    try:
+        async with client.stream("POST", url, json=body) as r:
+            if r.status_code != 200:
+                await r.aread()
+                return Outcome(
+                    tier, r.status_code, sent - start, time.monotonic() - sent,
+                    retry_after=r.headers.get("retry-after"),
+                )  # fmt: skip
+            async for line in r.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                frame = json.loads(line[6:])
+                if "error" in frame:
+                    error = frame["error"]["message"]
+                elif frame.get("choices") and frame["choices"][0].get("text"):
+                    chunks += 1
+                    if ttft is None:
+                        ttft = time.monotonic() - sent
+            status = r.status_code
+    except httpx.HTTPError as err:
+        return Outcome(tier, 0, sent - start, time.monotonic() - sent, error=repr(err)[:200])
+    return Outcome(tier, status, sent - start, time.monotonic() - sent, ttft, chunks, error=error)
+
+
+async def open_loop(
+    url: str,
+    rate_rps: float,
+    duration_s: float,
+    make_body: Callable[[random.Random], tuple[str, dict]],
+    seed: int = 0,
+    timeout_s: float = 120.0,
+) -> list[Outcome]:
+    """Poisson arrivals at rate_rps for duration_s; waits for every request to finish."""
+    rng = random.Random(seed)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=200)
+    async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
+        start = time.monotonic()
+        tasks, at = [], 0.0
+        while True:
+            at += rng.expovariate(rate_rps)
+            if at >= duration_s:
+                break
+            await asyncio.sleep(max(0.0, start + at - time.monotonic()))
+            tier, body = make_body(rng)
+            tasks.append(asyncio.create_task(one_request(client, url, body, tier, start)))
+        return list(await asyncio.gather(*tasks))
+
+
+async def closed_loop(
+    url: str, concurrency: int, duration_s: float, body: dict, timeout_s: float = 120.0
+) -> list[Outcome]:
+    """`concurrency` clients back to back: the throughput the server sustains (its capacity)."""
+    async with httpx.AsyncClient(timeout=timeout_s) as client:
+        start = time.monotonic()
+        out: list[Outcome] = []
+
+        async def worker() -> None:
+            while time.monotonic() - start < duration_s:
+                out.append(await one_request(client, url, body, body["priority"], start))
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return out
+
+
+def summarize(outcomes: list[Outcome], duration_s: float) -> dict:
+    """Per tier: counts by status, TTFT and latency percentiles of the admitted, throughput."""
+    tiers: dict[str, dict] = {}
+    for tier in sorted({o.tier for o in outcomes}):
+        mine = [o for o in outcomes if o.tier == tier]
+        ok = [o for o in mine if o.status == 200 and o.error is None]
+        ttfts = [o.ttft_s for o in ok if o.ttft_s is not None]
+        lats = [o.latency_s for o in ok]
+        statuses: dict[str, int] = {}
+        for o in mine:
+            key = str(o.status) if o.error is None or o.status != 200 else "200+error"
+            statuses[key] = statuses.get(key, 0) + 1
+        tiers[tier] = {
+            "num_sent": len(mine),
+            "statuses": statuses,
+            "ok_rps": len(ok) / duration_s,
+            "ttft_p50_s": percentile(ttfts, 50),
+            "ttft_p99_s": percentile(ttfts, 99),
+            "latency_p50_s": percentile(lats, 50),
+            "latency_p99_s": percentile(lats, 99),
+            "retry_after_missing": sum(1 for o in mine if o.status == 429 and not o.retry_after),
+        }
+    return tiers
+
+
+def serve_rss_bytes(app: str, raylet_pid: int | None = None) -> int:
+    """Resident memory of this app's Serve replicas and the HTTP proxy (by process title)."""
+    import psutil
+
+    total = 0
+    for proc in psutil.process_iter(["cmdline", "ppid"]):
+        title = " ".join(proc.info["cmdline"] or [])
+        if raylet_pid is not None and proc.info["ppid"] != raylet_pid:
+            continue
+        if title.startswith((f"ray::ServeReplica:{app}:", "ray::ProxyActor")):
+            with contextlib.suppress(psutil.Error):  # it may have exited meanwhile
+                total += proc.memory_info().rss
+    return total
+
+
+async def sample_rss(app: str, period_s: float, stop: asyncio.Event) -> list[int]:
+    samples, raylet = [], local_raylet_pid()
+    while not stop.is_set():
+        samples.append(serve_rss_bytes(app, raylet))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), period_s)
+    return samples
+
+
+# ----- the two hardening scenarios (tests/integration/test_overload.py, benchmarks/hardening.py)
+def _constant(tier: str, prompt: str, max_tokens: int):
+    body = body_for(tier, prompt, max_tokens)
+    return lambda _rng: (tier, body)
+
+
+async def overload_scenario(
+    url: str, app: str, duration_s: float, probe_s: float, concurrency: int, factor: float = 3.0
+) -> dict:
+    """Measure capacity closed-loop, then offer `factor` x capacity open-loop for duration_s."""
+    body = body_for("interactive", "def main(): return", 64)
+    probe = await closed_loop(url, concurrency, probe_s, body)
+    capacity_rps = sum(o.status == 200 for o in probe) / probe_s
+    stop = asyncio.Event()
+    sampler = asyncio.create_task(sample_rss(app, 1.0, stop))
+    offered_rps = factor * capacity_rps
+    out = await open_loop(url, offered_rps, duration_s, _constant("interactive", *_args(body)))
+    stop.set()
+    rss = await sampler
+    return {
+        "capacity_rps": capacity_rps,
+        "offered_rps": offered_rps,
+        "duration_s": duration_s,
+        "tiers": summarize(out, duration_s),
+        "num_5xx_or_transport_errors": sum(o.status == 0 or o.status >= 500 for o in out),
+        "rss_bytes": {"first": rss[0], "max": max(rss), "last": rss[-1], "samples": len(rss)},
+    }
+
+
+def _args(body: dict) -> tuple[str, int]:
+    return body["prompt"], body["max_tokens"]
+
+
+async def isolation_scenario(
+    url: str, duration_s: float, probe_s: float, concurrency: int, interactive_rps: float,
+    factor: float = 10.0,
+) -> dict:  # fmt: skip
+    """Interactive TTFT alone, then beside an offline flood at `factor` x offline capacity."""
+    flood = body_for("offline", "summarise this document: " + "x " * 40, 96)
+    probe = await closed_loop(url, concurrency, probe_s, flood)
+    capacity_rps = sum(o.status == 200 for o in probe) / probe_s
+    probe_body = _constant("interactive", "def main(): return", 16)
+    alone = await open_loop(url, interactive_rps, duration_s, probe_body, seed=1)
+    loaded_interactive, loaded_offline = await asyncio.gather(
+        open_loop(url, interactive_rps, duration_s, probe_body, seed=1),
+        open_loop(url, factor * capacity_rps, duration_s, _constant("offline", *_args(flood))),
+    )
+    unloaded = summarize(alone, duration_s)["interactive"]
+    loaded = summarize(loaded_interactive + loaded_offline, duration_s)
+    return {
+        "offline_capacity_rps": capacity_rps,
+        "offline_offered_rps": factor * capacity_rps,
+        "interactive_rps": interactive_rps,
+        "duration_s": duration_s,
+        "unloaded_interactive": unloaded,
+        "loaded": loaded,
+        "ttft_p99_ratio": loaded["interactive"]["ttft_p99_s"] / max(unloaded["ttft_p99_s"], 1e-9),
+        "ttft_p50_ratio": loaded["interactive"]["ttft_p50_s"] / max(unloaded["ttft_p50_s"], 1e-9),
+    }

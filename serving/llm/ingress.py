@@ -1,0 +1,217 @@
+"""Ingress: OpenAI-compatible HTTP (FastAPI through serve.ingress) and the handle API.
+
+It validates, counts tokens (it owns the tokenizer and chat template), classifies the tier
+(`x-priority` header or `priority` field, default interactive), picks a pool
+(serving/llm/dispatch.py) and relays the replica's token stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from serving.api import openai as p
+from serving.api.errors import ApiError
+from serving.api.http import api_key_from_env, validate
+from serving.config import AppConfig
+from serving.engine.sampling_params import SamplingParams
+from serving.llm.dispatch import OpenStream, RefusalMemo, open_stream
+from serving.llm.messages import Completion, Delta, GenerateRequest
+from serving.llm.stop_strings import StopStrings
+from serving.serve_status import app_name_or_default, running_replicas
+
+log = logging.getLogger("ray.serve")
+
+
+class Ingress:
+    def __init__(self, config: dict, hot, cold) -> None:
+        from transformers import AutoTokenizer
+
+        from serving.model_source import resolve_model_dir, served_name_for
+
+        self.config = AppConfig.from_args(config)
+        self.handles = {"hot": hot, "cold": cold}
+        # Hot always has >= 1 replica (config-enforced), so requests may wait on Serve's queue
+        # for it; cold may have none, and is used only once the watcher has seen it running.
+        self.available = {"hot": True, "cold": False}
+        model_dir = resolve_model_dir(self.config.model.source)
+        self.tokenizer = AutoTokenizer.from_pretrained(
+            str(model_dir), trust_remote_code=self.config.model.trust_remote_code
+        )
+        self.model_name = self.config.model.served_name or served_name_for(self.config.model.source)
+        self.api_key = api_key_from_env(self.config.server.api_key_env)
+        self.fingerprint = self.config.replica_fingerprint()
+        self.verified: dict[str, bool] = {}
+        self.refusals = RefusalMemo()
+        self.app_name = app_name_or_default()
+        self._watcher: asyncio.Task | None = None
+        self.num_requests = 0  # requests that reached pool choice; read by the forecast controller
+        self.emptying: set[str] = set()  # pools the forecast controller is scaling to zero
+
+    # ----- pools ---------------------------------------------------------------------------------
+    async def _watch_pools(self, period_s: float = 2.0) -> None:
+        """Keep `available` in step with the pools: cold is used only while it has a running
+        replica (an empty pool would park requests until one appears); either pool is refused
+        outright if its replicas report another config fingerprint than the ingress's (R9)."""
+        while True:
+            await asyncio.sleep(period_s)
+            await self._poll_pools()
+
+    async def _poll_pools(self) -> None:
+        try:
+            counts = await asyncio.to_thread(running_replicas, self.app_name)
+            for pool in self.handles:
+                if pool not in counts:  # mid-deploy the status may omit it: keep the last view
+                    continue
+                running = counts[pool] > 0 and pool not in self.emptying
+                ok = await self._fingerprint_ok(pool) if running else pool == "hot"
+                self.available[pool] = ok
+        except Exception as err:  # the controller may be restarting; keep the last view
+            log.warning("pool status poll failed: %s", err)
+
+    async def _fingerprint_ok(self, pool: str) -> bool:
+        if pool not in self.verified:
+            theirs = await asyncio.wait_for(self.handles[pool].fingerprint.remote(), 30)
+            self.verified[pool] = theirs == self.fingerprint
+            if not self.verified[pool]:
+                log.error(
+                    "%s replicas run config %s, ingress has %s: not routing to them",
+                    pool,
+                    theirs[:12],
+                    self.fingerprint[:12],
+                )
+        return self.verified[pool]
+
+    async def ensure_watching(self) -> None:
+        """The first request waits for one poll, so a fresh ingress does not answer 503."""
+        if self._watcher is None or self._watcher.done():
+            await self._poll_pools()
+            self._watcher = asyncio.get_running_loop().create_task(self._watch_pools())
+
+    # ----- shared request path ----------------------------------------------------------------
+    def _params(self, req: p._SamplingFields, num_prompt_tokens: int) -> SamplingParams:
+        srv = self.config.server
+        limit = self.config.engine.max_model_len
+        max_tokens = req.requested_max_tokens()
+        if max_tokens is None:
+            room = (limit - num_prompt_tokens) if limit else srv.default_max_tokens
+            max_tokens = max(1, min(srv.default_max_tokens, room))
+        elif max_tokens > srv.max_tokens_limit:
+            raise ApiError(
+                400,
+                f"max_tokens={max_tokens} is out of range; allowed: 1 <= "
+                f"max_tokens <= {srv.max_tokens_limit}",
+                param="max_tokens",
+            )
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            top_k=req.top_k,
+            seed=req.seed,
+            ignore_eos=req.ignore_eos,
+        )
+
+    def set_pool_target(self, pool: str, target: int) -> None:
+        """The forecast controller announces a new replica target before it applies it. A pool
+        going to zero gets no new request from now on, not one status poll later: Serve's handle
+        would park a request for an empty deployment until a replica comes back."""
+        if target == 0 and pool != "hot":
+            self.emptying.add(pool)
+            self.available[pool] = False
+        else:
+            self.emptying.discard(pool)  # the watcher marks it available once a replica runs
+
+    def request_count(self) -> int:
+        """Cumulative requests since this ingress started (the controller diffs two readings)."""
+        return self.num_requests
+
+    async def _open(self, prompt_ids: list[int], params: SamplingParams, tier: str) -> OpenStream:
+        self.num_requests += 1
+        await self.ensure_watching()
+        request = GenerateRequest(p.new_id("req"), tuple(prompt_ids), params, tier)
+        return await open_stream(
+            self.handles,
+            self.available,
+            request,
+            self.config.server.retry_after_s,
+            self.refusals,
+            time.monotonic(),
+        )
+
+    async def _relay(self, opened: OpenStream, stops: list[str]) -> AsyncIterator[Delta]:
+        """Replica deltas with stop strings applied; cancels the replica stream on exit."""
+        cut = StopStrings(stops)
+        item = opened.first
+        try:
+            while True:
+                text = cut.feed(item.text, item.finished)
+                if cut.stopped:
+                    yield dataclasses.replace(item, text=text, finished=True, finish_reason="stop")
+                    return
+                yield dataclasses.replace(item, text=text) if text != item.text else item
+                if item.finished:
+                    return
+                item = await opened.rest.__anext__()
+        finally:
+            if not item.finished:  # client gone or stop string hit: free the KV now
+                opened.cancel()
+
+    def _encode_prompt(self, prompt: str | list[int]) -> list[int]:
+        if isinstance(prompt, str):
+            return list(self.tokenizer(prompt).input_ids)
+        return list(prompt)
+
+    def _encode_chat(self, messages: list[p.ChatMessage]) -> list[int]:
+        turns = [{"role": m.role, "content": m.text()} for m in messages]
+        text = self.tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=False)
+        return list(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    # ----- handle API (other Ray apps) ------------------------------------------------------------
+    async def generate(
+        self,
+        prompt: str | list[int],
+        max_tokens: int | None = None,
+        priority: str = "interactive",
+        **sampling,
+    ) -> Completion:
+        """One completion: text, token ids, finish reason, token counts and the pool used."""
+        parts = [d async for d in self.generate_stream(prompt, max_tokens, priority, **sampling)]
+        last = parts[-1]
+        return Completion(
+            text="".join(d.text for d in parts),
+            token_ids=tuple(t for d in parts for t in d.token_ids),
+            finish_reason=last.finish_reason or "stop",
+            num_prompt_tokens=last.num_prompt_tokens,
+            num_output_tokens=last.num_output_tokens,
+            pool=last.pool,
+        )
+
+    async def generate_stream(
+        self,
+        prompt: str | list[int],
+        max_tokens: int | None = None,
+        priority: str = "interactive",
+        **sampling,
+    ) -> AsyncIterator[Delta]:
+        unknown = sorted(set(sampling) - HANDLE_SAMPLING_KEYS)
+        if unknown:  # HTTP ignores unknown fields (SDK upgrades); a Python caller made a typo
+            raise ApiError(
+                400,
+                f"unknown argument(s) {unknown}; allowed: {sorted(HANDLE_SAMPLING_KEYS)}",
+                param=unknown[0],
+            )
+        body = {"prompt": prompt, "max_tokens": max_tokens, "priority": priority, **sampling}
+        req = validate(p.CompletionRequest, body)
+        ids = self._encode_prompt(req.prompt)
+        opened = await self._open(ids, self._params(req, len(ids)), req.priority or "interactive")
+        async for item in self._relay(opened, req.stop):
+            yield item
+
+
+HANDLE_SAMPLING_KEYS = frozenset(
+    {"temperature", "top_p", "top_k", "seed", "stop", "ignore_eos", "max_completion_tokens"}
+)

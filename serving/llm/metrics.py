@@ -1,0 +1,189 @@
+"""Serve metrics per pool and tier (Prometheus through Ray's metrics agent) and the R10 warning.
+
+Every name below is exported by Ray with the prefix `ray_`: `tideserve_kv_pressure` is scraped as
+`ray_tideserve_kv_pressure`, a histogram `tideserve_ttft_seconds` as
+`ray_tideserve_ttft_seconds_bucket` / `_sum` / `_count`, a counter `tideserve_preemptions` as
+`ray_tideserve_preemptions_total`. Inside a replica Serve adds the tags `deployment`, `replica`
+and `application`; ours are `pool` (hot | cold) and, where it applies, `tier` or `gpu`.
+
+The R10 early warning, "OOM although memory looks free":
+
+    kv_pressure = running sequences x average sequence length / KV capacity tokens
+
+is the share of the KV pool the running set needs once its sequences reach the current average
+length. Above 1 the concurrency cap admits more sequences than the KV budget holds at that length
+(the scheduler will preempt or stall): lower the concurrency cap or shorten max lengths.
+`tideserve_kv_pressure_at_limit` is the same product at the concurrency limit, the warning before
+the running set grows into it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from serving.telemetry import LATENCY_BUCKETS_S, MetricFactory, serve_metric
+
+if TYPE_CHECKING:
+    from capacity.probe import GpuSample
+    from serving.engine import EngineStats
+
+TTFT = "tideserve_ttft_seconds"
+E2E_LATENCY = "tideserve_e2e_latency_seconds"
+QUEUE_WAIT = "tideserve_queue_wait_seconds"
+KV_BLOCKS_USED = "tideserve_kv_blocks_used"
+KV_BLOCKS_RESERVED = "tideserve_kv_blocks_reserved"
+KV_BLOCKS_TOTAL = "tideserve_kv_blocks_total"
+RUNNING_SEQS = "tideserve_running_seqs"
+WAITING_SEQS = "tideserve_waiting_seqs"
+TOKENS_PER_SECOND = "tideserve_tokens_per_second"
+CONCURRENCY_LIMIT = "tideserve_concurrency_limit"
+AVG_SEQ_LEN = "tideserve_avg_seq_len_tokens"
+KV_PRESSURE = "tideserve_kv_pressure"
+KV_PRESSURE_AT_LIMIT = "tideserve_kv_pressure_at_limit"
+ENGINE_QUEUE_WAIT_P50 = "tideserve_engine_queue_wait_p50_seconds"
+ENGINE_QUEUE_WAIT_P99 = "tideserve_engine_queue_wait_p99_seconds"
+PREEMPTIONS = "tideserve_preemptions"
+TIMEOUTS = "tideserve_request_timeouts"
+GPU_UTILIZATION = "tideserve_gpu_utilization_pct"
+GPU_MEMORY_USED = "tideserve_gpu_memory_used_bytes"
+GPU_MEMORY_TOTAL = "tideserve_gpu_memory_total_bytes"
+
+POOL, TIER, GPU = "pool", "tier", "gpu"
+
+# name -> (kind, tag keys, description)
+METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    TTFT: ("histogram", (POOL, TIER), "Time to first token, from arrival at the replica."),
+    E2E_LATENCY: ("histogram", (POOL, TIER), "Arrival at the replica to the last token."),
+    QUEUE_WAIT: ("histogram", (POOL, TIER), "Arrival to admission into the running batch."),
+    KV_BLOCKS_USED: ("gauge", (POOL,), "KV blocks holding tokens."),
+    KV_BLOCKS_RESERVED: ("gauge", (POOL,), "KV blocks promised to admitted requests."),
+    KV_BLOCKS_TOTAL: ("gauge", (POOL,), "KV blocks in the pre-allocated pool."),
+    RUNNING_SEQS: ("gauge", (POOL, TIER), "Sequences admitted and decoding."),
+    WAITING_SEQS: ("gauge", (POOL, TIER), "Sequences waiting for admission."),
+    TOKENS_PER_SECOND: ("gauge", (POOL,), "Generated tokens per second (rolling window)."),
+    CONCURRENCY_LIMIT: ("gauge", (POOL,), "Current cap on running sequences."),
+    AVG_SEQ_LEN: ("gauge", (POOL,), "Average length (tokens) of the running sequences."),
+    KV_PRESSURE: (
+        "gauge",
+        (POOL,),
+        "running x avg seq len / KV capacity tokens; > 1: the cap is above what KV holds.",
+    ),
+    KV_PRESSURE_AT_LIMIT: (
+        "gauge",
+        (POOL,),
+        "concurrency limit x avg seq len / KV capacity tokens.",
+    ),
+    ENGINE_QUEUE_WAIT_P50: ("gauge", (POOL,), "Engine queue wait p50 (rolling window)."),
+    ENGINE_QUEUE_WAIT_P99: ("gauge", (POOL,), "Engine queue wait p99 (rolling window)."),
+    PREEMPTIONS: ("counter", (POOL,), "Sequences preempted (recomputed) for lack of KV blocks."),
+    TIMEOUTS: ("counter", (POOL,), "Requests that timed out waiting in the engine."),
+    GPU_UTILIZATION: ("gauge", (POOL, GPU), "GPU utilization percent (NVML)."),
+    GPU_MEMORY_USED: ("gauge", (POOL, GPU), "GPU memory used, bytes (NVML)."),
+    GPU_MEMORY_TOTAL: ("gauge", (POOL, GPU), "GPU memory total, bytes (NVML)."),
+}
+
+
+def kv_pressure(num_running: int, avg_seq_len_tokens: float, kv_capacity_tokens: int) -> float:
+    """running x average sequence length / KV capacity tokens (R10 early warning, see module)."""
+    if num_running < 0:
+        raise ValueError(f"num_running={num_running!r} must be >= 0")
+    if not avg_seq_len_tokens >= 0:  # also rejects NaN
+        raise ValueError(f"avg_seq_len_tokens={avg_seq_len_tokens!r} must be >= 0")
+    if kv_capacity_tokens <= 0:
+        raise ValueError(f"kv_capacity_tokens={kv_capacity_tokens!r} must be > 0")
+    return num_running * avg_seq_len_tokens / kv_capacity_tokens
+
+
+def engine_gauges(stats: EngineStats, avg_seq_len_tokens: float) -> dict[str, float]:
+    """Pool-level gauge values of one engine snapshot (per-tier counts are separate)."""
+    capacity_tokens = stats.num_kv_blocks_total * stats.block_size_tokens
+    return {
+        KV_BLOCKS_USED: stats.num_kv_blocks_used,
+        KV_BLOCKS_RESERVED: stats.num_kv_blocks_reserved,
+        KV_BLOCKS_TOTAL: stats.num_kv_blocks_total,
+        TOKENS_PER_SECOND: stats.tokens_per_s,
+        CONCURRENCY_LIMIT: stats.concurrency_limit,
+        AVG_SEQ_LEN: avg_seq_len_tokens,
+        KV_PRESSURE: kv_pressure(stats.num_running, avg_seq_len_tokens, capacity_tokens),
+        KV_PRESSURE_AT_LIMIT: kv_pressure(
+            stats.concurrency_limit, avg_seq_len_tokens, capacity_tokens
+        ),
+        ENGINE_QUEUE_WAIT_P50: stats.queue_wait_p50_s,
+        ENGINE_QUEUE_WAIT_P99: stats.queue_wait_p99_s,
+    }
+
+
+class ReplicaMetrics:
+    """The metric objects of one replica, created once; every value carries the pool tag.
+
+    Works outside a replica and without `ray.init` (Ray then records nowhere), so the replica
+    can build it unconditionally. `factory` is for tests.
+    """
+
+    def __init__(self, pool: str, *, factory: MetricFactory = serve_metric) -> None:
+        if not isinstance(pool, str) or not pool:
+            raise ValueError(f"pool={pool!r} must be a non-empty string")
+        self.pool = pool
+        self._metrics: dict[str, Any] = {}
+        for name, (kind, tag_keys, description) in METRICS.items():
+            boundaries = LATENCY_BUCKETS_S if kind == "histogram" else None
+            metric = factory(kind, name, description, tag_keys, boundaries)
+            # Serve's set_default_tags returns None (Ray's returns self): do not chain it.
+            metric.set_default_tags({POOL: pool})  # a fresh dict: Serve adds its tags into it
+            self._metrics[name] = metric
+        self._seen_tiers: set[str] = set()
+        self._last_counts: dict[str, int] = {}
+
+    def observe_request(
+        self,
+        tier: str,
+        ttft_s: float | None,
+        e2e_s: float | None,
+        queue_wait_s: float | None,
+    ) -> None:
+        """One finished request; a None duration (not measured) is skipped."""
+        for name, value in ((TTFT, ttft_s), (E2E_LATENCY, e2e_s), (QUEUE_WAIT, queue_wait_s)):
+            if value is None:
+                continue
+            if not (isinstance(value, int | float) and value >= 0 and math.isfinite(value)):
+                raise ValueError(f"{name}: duration {value!r} must be a finite number >= 0")
+            self._metrics[name].observe(float(value), tags={TIER: tier})
+
+    def update_engine(self, stats: EngineStats, avg_seq_len_tokens: float) -> None:
+        """Set the gauges from one engine snapshot; add the new preemptions and timeouts."""
+        for name, value in engine_gauges(stats, avg_seq_len_tokens).items():
+            self._metrics[name].set(float(value))
+        self._set_per_tier(RUNNING_SEQS, stats.running_by_tier)
+        self._set_per_tier(WAITING_SEQS, stats.waiting_by_tier)
+        self._add_delta(PREEMPTIONS, stats.num_preemptions)
+        self._add_delta(TIMEOUTS, stats.num_timeouts)
+
+    def update_gpus(self, samples: Iterable[GpuSample] | None = None) -> list[GpuSample]:
+        """Set the GPU gauges from `samples` (default: probe the GPUs this process was given)."""
+        if samples is None:
+            from capacity.probe import probe_gpus
+
+            samples = probe_gpus(visible_only=True)
+        samples = list(samples)
+        for s in samples:
+            tags = {GPU: str(s.index)}
+            if not math.isnan(s.utilization_pct):  # NVML cannot read it on some devices
+                self._metrics[GPU_UTILIZATION].set(float(s.utilization_pct), tags=tags)
+            self._metrics[GPU_MEMORY_USED].set(float(s.memory_used_bytes), tags=tags)
+            self._metrics[GPU_MEMORY_TOTAL].set(float(s.memory_total_bytes), tags=tags)
+        return samples
+
+    def _set_per_tier(self, name: str, by_tier: Mapping[str, int]) -> None:
+        # A tier that emptied must read 0, not keep its last count.
+        self._seen_tiers.update(by_tier)
+        for tier in sorted(self._seen_tiers):
+            self._metrics[name].set(float(by_tier.get(tier, 0)), tags={TIER: tier})
+
+    def _add_delta(self, name: str, cumulative: int) -> None:
+        """Counters take increments; the engine reports running totals."""
+        last = self._last_counts.get(name, 0)
+        if cumulative > last:
+            self._metrics[name].inc(float(cumulative - last))
+        self._last_counts[name] = cumulative  # a lower total means a new engine: restart from it

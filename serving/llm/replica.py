@@ -1,0 +1,184 @@
+"""ModelReplica: one engine per replica; the hot and cold groups are this one class, one config.
+
+Ready means warmed up (R10): the constructor loads weights and runs a self-check generation
+before it returns, and Serve only routes to replicas whose constructor finished. check_health
+fails once the engine loop has died. Scale-down drains: Serve stops routing new requests to a
+replica it is stopping and waits up to graceful_shutdown_timeout_s for in-flight streams.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+
+from serving.config import AppConfig
+from serving.engine import LLMEngine, RequestTimeoutError, SamplingParams
+from serving.llm.admission import admit, max_in_replica
+from serving.llm.messages import (
+    Delta,
+    Failure,
+    GenerateRequest,
+    Refusal,
+    ReplicaInfo,
+    ReplicaItem,
+    ReplicaReport,
+)
+
+log = logging.getLogger("ray.serve")
+
+SELF_CHECK_PROMPT = "The capital of France is"
+# Set to "1" in a deployment's runtime_env to make its replicas fail warm-up (tests of R10: a
+# replica that fails its self-check must never receive traffic).
+FAIL_SELF_CHECK_ENV = "TIDESERVE_FAIL_SELF_CHECK"
+
+
+class ModelReplica:
+    def __init__(self, config: dict, pool: str) -> None:
+        import torch
+
+        from serving.llm.metrics import ReplicaMetrics
+        from serving.model_source import resolve_model_dir
+
+        self.config = AppConfig.from_args(config)
+        self.pool = pool
+        torch.set_num_threads(self.config.replica.torch_threads)
+        started = time.monotonic()
+        path = resolve_model_dir(self.config.model.source)
+        self.engine = LLMEngine.from_pretrained(
+            path, self.config.engine, trust_remote_code=self.config.model.trust_remote_code
+        )
+        self.self_check()
+        self.warmup_s = time.monotonic() - started
+        self.metrics = ReplicaMetrics(pool)
+        self.reporter = _controller_reporter(pool)
+        log.info("%s replica ready in %.1f s (model %s)", pool, self.warmup_s, path)
+
+    def self_check(self) -> None:
+        """Generate a few tokens end to end; a replica that cannot is never marked ready."""
+        if os.environ.get(FAIL_SELF_CHECK_ENV) == "1":  # fault injection for the hardening tests
+            raise RuntimeError(f"self-check failed: injected by {FAIL_SELF_CHECK_ENV}=1")
+        params = SamplingParams(max_tokens=self.config.replica.warmup_max_tokens, temperature=0)
+        (out,) = self.engine.generate([SELF_CHECK_PROMPT], params)
+        if not out.token_ids or out.finish_reason not in ("stop", "length"):
+            raise RuntimeError(f"self-check generation failed: {out}")
+        self.engine.check_integrity()
+
+    # ----- control plane -------------------------------------------------------------------
+    def fingerprint(self) -> str:
+        return self.config.replica_fingerprint()
+
+    def info(self) -> ReplicaInfo:
+        stats = self.engine.stats()
+        return ReplicaInfo(
+            pool=self.pool,
+            fingerprint=self.fingerprint(),
+            warmup_s=self.warmup_s,
+            max_model_len=self.engine.max_model_len,
+            kv_blocks_total=stats.num_kv_blocks_total,
+            kv_blocks_used=stats.num_kv_blocks_used,
+            kv_blocks_reserved=stats.num_kv_blocks_reserved,
+            running=stats.num_running,
+            waiting=stats.num_waiting,
+            live_requests=self.engine.num_live_requests,
+            pid=os.getpid(),
+        )
+
+    async def check_health(self) -> None:
+        if not self.engine.loop_alive:
+            raise RuntimeError("engine loop died; replace this replica")
+
+    def record_routing_stats(self) -> dict:
+        from serving.llm.router import routing_stats_from_engine
+
+        stats = self.engine.stats()
+        self.metrics.update_engine(stats, self._avg_seq_len())
+        if self.reporter is not None:  # the forecast controller's queue signals (R9 emergency)
+            self.reporter.report(
+                ReplicaReport(
+                    pool=self.pool,
+                    replica_id=self.reporter.replica_id,
+                    num_waiting=stats.num_waiting,
+                    num_running=stats.num_running,
+                    queue_wait_p99_s=stats.queue_wait_p99_s,
+                    kv_use_fraction=stats.kv_use_fraction,
+                )
+            )
+        return routing_stats_from_engine(stats, queued_tokens=self._queued_tokens())
+
+    def _queued_tokens(self) -> int:
+        """KV tokens the waiting requests will claim: prompt + max_tokens where admission
+        reserves that much, the prompt alone where blocks come on demand."""
+        reserve = self.config.engine.kv_mode == "reserve"
+        total = 0
+        for queue in list(self.engine.scheduler.waiting.values()):
+            for seq in list(queue):  # list() snapshots in one C call: a step may be running
+                total += seq.max_len_tokens if reserve else seq.num_prompt_tokens
+        return total
+
+    def _avg_seq_len(self) -> float:
+        running = list(self.engine.scheduler.running)
+        return sum(s.num_tokens for s in running) / len(running) if running else 0.0
+
+    # ----- data plane ------------------------------------------------------------------------
+    async def generate_stream(self, request: GenerateRequest) -> AsyncIterator[ReplicaItem]:
+        """A Refusal, a Failure, or Deltas until one is finished; the first item decides."""
+        tier = request.tier
+        tier_cfg = self.config.tiers[tier]
+        decision = admit(
+            self.engine.stats(),
+            tier,
+            tier_cfg.ttft_p99_s,
+            tier_cfg.max_waiting,
+            self.config.engine.offline_idle_fraction,
+            self.config.server.retry_after_s,
+            max_in_replica(tier, self.config.replica.max_ongoing_requests),
+        )
+        if not decision.admitted:
+            yield Refusal(f"{self.pool}: {decision.reason}", decision.retry_after_s)
+            return
+        arrived = time.monotonic()
+        first_s = queue_wait_s = None
+        try:
+            stream = self.engine.stream(
+                list(request.prompt_token_ids),
+                request.params,
+                tier=tier,
+                request_id=request.request_id,
+                timeout_s=request.timeout_s or tier_cfg.max_queue_wait_s,
+            )
+            async for delta in stream:
+                if first_s is None:
+                    first_s = time.monotonic() - arrived
+                    queue_wait_s = delta.queue_wait_s
+                yield Delta(
+                    text=delta.text,
+                    token_ids=tuple(delta.token_ids),
+                    finished=delta.finished,
+                    finish_reason=delta.finish_reason,
+                    num_prompt_tokens=delta.num_prompt_tokens,
+                    num_output_tokens=delta.num_output_tokens,
+                    pool=self.pool,
+                )
+        except ValueError as err:  # the engine refused the request as it is (too long, ...)
+            yield Failure(400, str(err))
+            return
+        except RequestTimeoutError as err:
+            yield Refusal(str(err), self.config.server.retry_after_s)
+            return
+        if first_s is not None:
+            self.metrics.observe_request(tier, first_s, time.monotonic() - arrived, queue_wait_s)
+
+
+def _controller_reporter(pool: str):
+    """Pushes this replica's queue numbers to its app's forecast controller, if one runs."""
+    from ray import serve
+
+    from autoscaling.reporter import ControllerReporter
+
+    try:
+        ctx = serve.get_replica_context()
+    except Exception:  # built outside Serve (unit tests): nobody to report to
+        return None
+    return ControllerReporter(ctx.app_name, pool, ctx.replica_id.unique_id)

@@ -1,0 +1,1 @@
+"""The `tideserve` console command; the code lives in serving/, capacity/ and autoscaling/."""
