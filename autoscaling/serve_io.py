@@ -1,8 +1,8 @@
 """The controller's I/O with Ray Serve: read replica counts, apply target replica counts.
 
 Only the controller actor (autoscaling/controller.py) calls this module. Targets go through Serve's
-external scaling API (DESIGN decision 4), which Ray 2.60 accepts only for applications deployed
-with `external_scaler_enabled: true` and no `autoscaling_config` on any deployment:
+external scaling API (decision 4, docs/design.md), which Ray 2.60 accepts only for applications
+deployed with `external_scaler_enabled: true` and no `autoscaling_config` on any deployment:
 
 1. `POST /api/v1/applications/{app}/deployments/{dep}/scale` on the dashboard, the public path,
    used when the dashboard is up; the body is `{"target_num_replicas": N}`. With Ray 2.60's token

@@ -2,7 +2,7 @@
 
     python benchmarks/autoscaling_replay.py [--quick] [--json PATH] [--plot-dir DIR]
 
-Setup (issue 5): forecaster, tideserve's hot pool and rule_70_30's peak learned from days 1-7,
+Setup: forecaster, tideserve's hot pool and rule_70_30's peak learned from days 1-7,
 judged on days 8-14; the trace scaled so the judged peak needs 20 replicas (at the planning
 utilisation); cold start 120 s; controllers tick every 10 s; 1 s fluid queue
 (autoscaling/replay/service.py,

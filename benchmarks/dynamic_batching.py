@@ -1,4 +1,4 @@
-"""Dynamic batching of an embedding model under open-loop Poisson load (issue 6, R2/R7/R10).
+"""Dynamic batching of an embedding model under open-loop Poisson load (R2/R7/R10).
 
 Texts have the token lengths of the Azure LLM 2023 conversation trace's prompts (ContextTokens),
 truncated to the model's limit (all-MiniLM-L6-v2: 256 tokens with [CLS]/[SEP]). Requests arrive

@@ -1,4 +1,5 @@
-"""`python -m capacity plan ...`: the capacity planner from the command line (MISSION R6).
+"""`python -m capacity plan ...`: the capacity planner from the command line (R6 in
+docs/requirements.md).
 
 Only a model's config.json is read (json.load), never its weights: MODEL is a model directory, a
 config.json path, or a hub id whose config.json is already in the local Hugging Face cache.

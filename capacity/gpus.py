@@ -1,4 +1,5 @@
-"""GPU catalogue for the capacity planner (MISSION R6): memory, bandwidth and dense BF16 compute.
+"""GPU catalogue for the capacity planner (R6, docs/requirements.md): memory, bandwidth and dense
+BF16 compute.
 
 Figures are NVIDIA datasheet values, first quoted from memory, then checked (2026-11-30) against
 public spec pages: H100 SXM dense BF16 989.4 TFLOPS and 3.35 TB/s (glennklockwood.com H100 notes),

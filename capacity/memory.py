@@ -1,4 +1,4 @@
-"""The one memory formula (MISSION R4). Every size in the project is computed here.
+"""The one memory formula (R4, docs/requirements.md). Every size in the project is computed here.
 
     device memory = weights + KV bytes per token x average sequence length x concurrency + reserve
 

@@ -1,4 +1,5 @@
-"""Capacity planner (MISSION R4 + R6): memory budget, roofline throughput, replicas at peak.
+"""Capacity planner (R4 + R6, docs/requirements.md): memory budget, roofline throughput,
+replicas at peak.
 
 Pure arithmetic on a model's config.json and a catalogue GPU: no torch, no device access. Every
 memory number comes from `capacity.memory` (the one formula); this module only combines them.
@@ -55,7 +56,7 @@ def requests_per_s_per_gpu(
 ) -> float:
     """R6: per-GPU capacity = effective utilisation x per-request throughput x safety factor.
 
-    per-request throughput = 1 / compute seconds per request. Taken literally, MISSION R6's example
+    per-request throughput = 1 / compute seconds per request. Taken literally, R6's example
     (35 ms, 40 % utilisation, safety 0.7-0.85) gives 0.4 x 28.6 x 0.8 = 9.1 req/s (219 GPUs at
     2000 QPS), not the "~20 req/s, ~100 GPUs" it prints. The document's numbers are reproduced
     exactly when the 35 ms is read as the time per request *already measured at* the achieved

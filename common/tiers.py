@@ -1,4 +1,5 @@
-"""The three request tiers (requirements R5): one definition for the engine, the API and config.
+"""The three request tiers (R5, docs/requirements.md): one definition for the engine, the API
+and config.
 
 interactive  a user is waiting: served first, a low-latency lane
 analytical   tolerates hundreds of ms to seconds: the big-batch lane

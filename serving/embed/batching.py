@@ -50,6 +50,7 @@ class BatchingConfig:
 
     max_batch_size: int = 16  # the target size (R2 starting point)
     window_s: float = 0.02  # the longest the oldest request of a group waits for company
+    # Length buckets: inclusive upper bounds, ascending; only same-bucket requests batch (R10).
     bucket_edges_tokens: tuple[int, ...] = (32, 64, 128, 256)
     stagger_slices: int = 2  # 1 = the plain R2 rule
     max_queue: int = 256  # waiting requests per replica; beyond it: 429 with Retry-After

@@ -1,4 +1,4 @@
-"""Paged attention behind transformers' attention interface (DESIGN decision 1).
+"""Paged attention behind transformers' attention interface (decision 1, docs/design.md).
 
 The model runs one packed forward per step: input_ids [1, T] with every scheduled token of every
 sequence, decodes first. Our function receives query/key/value [1, heads, T, head_dim] after the

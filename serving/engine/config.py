@@ -28,19 +28,24 @@ class EngineConfig:
     # R8: "reserve" admits a request only if prompt + max_tokens fits the unreserved budget (never
     # preempts); "on_demand" allocates blocks as tokens arrive and preempts by recompute.
     kv_mode: KVMode = "reserve"
-    block_size_tokens: int = 16
+    block_size_tokens: int = 16  # tokens per KV block, the unit of allocation
+    # The KV budget as a number of blocks; overrides every other sizing key below.
     num_kv_blocks: int | None = None
-    kv_cache_bytes: int | None = None
+    kv_cache_bytes: int | None = None  # the KV budget in bytes (used when num_kv_blocks is null)
+    # CUDA, with neither of the above: this share of the memory free after loading the weights.
     kv_cache_memory_fraction: float = 0.85
+    # CPU, with neither of the above: room for max_num_seqs full-length sequences, capped here.
     cpu_kv_cache_max_bytes: int = 2 * 2**30
     # The concurrency window slides from max_num_seqs (KV use <= kv_low_watermark) down to
     # min_num_seqs (KV use >= kv_high_watermark), R8's "16 to 48 with the watermark".
     max_num_seqs: int = 64
-    min_num_seqs: int = 16
-    kv_low_watermark: float = 0.6
-    kv_high_watermark: float = 0.9
+    min_num_seqs: int = 16  # the floor of the concurrency window
+    kv_low_watermark: float = 0.6  # KV use up to which the window stays at max_num_seqs
+    kv_high_watermark: float = 0.9  # KV use from which the window is at min_num_seqs
     # Per-step token budget: long prompts are prefilled in chunks so running decodes never stall.
     max_num_batched_tokens: int = 512
+    # Prompt + completion tokens of one request; null: the model's max_position_embeddings,
+    # at most 4096.
     max_model_len: int | None = None
     # Offline work only runs on idle capacity: admitted while KV use is below this fraction.
     offline_idle_fraction: float = 0.5
@@ -48,10 +53,12 @@ class EngineConfig:
     on_demand_free_fraction: float = 0.02
     # Default queue deadline for requests that name none (None: wait as long as it takes).
     max_queue_wait_s: float | None = None
-    dtype: str = "auto"
-    device: str = "auto"
+    dtype: str = "auto"  # weights and KV cache; auto: bfloat16 on CUDA, float32 on CPU
+    device: str = "auto"  # auto, cpu, cuda or cuda:N; auto: CUDA when one is visible
+    # paged: our packed paged-attention runner; hf: one transformers forward per request;
+    # auto: paged when the model supports transformers' attention interface.
     runner: str = "auto"
-    seed: int = 0
+    seed: int = 0  # not read by the engine: a request's own `seed` makes its sampling repeatable
 
     def __post_init__(self) -> None:
         check_choice(_OWNER, "kv_mode", self.kv_mode, KV_MODES)

@@ -1,4 +1,5 @@
-"""KV ledger = reservations + blocks (DESIGN decision 2), and the sliding concurrency window (R8).
+"""KV ledger = reservations + blocks (decision 2, docs/design.md), and the sliding concurrency
+window (R8).
 
 reserve:   admission reserves blocks for prompt + max_tokens; sum of reservations <= total, and
            every sequence grows only inside its reservation, so growth cannot fail (zero OOM).

@@ -1,6 +1,6 @@
 """Pool choice with failover, and what the ingress does with a replica's stream.
 
-Pool order per tier (DESIGN "the flow of one request"):
+Pool order per tier (docs/design.md, "The path of one request"):
   interactive  hot first; cold when hot is saturated (its replica refuses or Serve backpressures)
   analytical   cold first, then hot
   offline      cold first, then hot; replicas admit offline work only with idle KV headroom

@@ -1,4 +1,4 @@
-"""The engine on CUDA (DESIGN: tests/gpu, marked, skipped without a device)."""
+"""The engine on CUDA (docs/design.md: tests/gpu, marked, skipped without a device)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Hot replicas land on the hot node group and cold replicas on the cold one (DESIGN decision 3).
+"""Hot replicas land on the hot node group and cold replicas on the cold one (decision 3 in
+docs/design.md).
 
 A multi-node `ray.cluster_utils.Cluster` (head + a node offering {pool_hot: 1} + a node offering
 {pool_cold: 2}) runs in a subprocess: it is a separate Ray cluster and cannot share the session's.

@@ -1,4 +1,4 @@
-"""Serve's external scaling API works both ways the controller uses it (DESIGN decision 4):
+"""Serve's external scaling API works both ways the controller uses it (decision 4, docs/design.md):
 the dashboard's REST endpoint when this cluster runs a dashboard, else the Serve controller's
 update_deployment_replicas. Each case is its own small Ray cluster, run in a subprocess."""
 

@@ -67,7 +67,7 @@ def test_shipped_cluster_yaml_is_valid_for_ray_serve():
 
     doc = yaml.safe_load(CLUSTER_YAML.read_text())
     schema = ServeDeploySchema.model_validate(doc)
-    app, embed = schema.applications  # the LLM, and the embedding app (issue 6)
+    app, embed = schema.applications  # the LLM, and the embedding app
     assert (app.name, app.route_prefix, app.import_path) == (
         "tideserve",
         "/",

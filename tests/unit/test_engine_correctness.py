@@ -1,4 +1,5 @@
-"""Correctness oracle (DESIGN decision 1): greedy output equals model.generate token for token.
+"""Correctness oracle (decision 1, docs/design.md): greedy output equals model.generate token for
+token.
 
 32+ requests of 1-200 prompt tokens and 1-64 new tokens, arriving while others run, on tiny
 random-weight Llama (MHA) and Qwen2 (GQA) models in float32, in both KV modes, with a KV budget

@@ -1,4 +1,4 @@
-"""capacity.memory is the one formula; these are its worked examples (MISSION R4)."""
+"""capacity.memory is the one formula; these are its worked examples (R4, docs/requirements.md)."""
 
 from __future__ import annotations
 

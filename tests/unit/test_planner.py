@@ -1,4 +1,5 @@
-"""Capacity planner (MISSION R4 + R6): pure arithmetic on config.json fixtures, no weights."""
+"""Capacity planner (R4 + R6, docs/requirements.md): pure arithmetic on config.json fixtures, no
+weights."""
 
 from __future__ import annotations
 
