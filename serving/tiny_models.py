@@ -79,10 +79,40 @@ SMALL_LLAMA = dict(
 )
 
 
-def tiny_config(arch: str = "llama", **overrides):
-    """Config of a tiny decoder. `arch` is "llama" (MHA) or "qwen2" (GQA, attention biases)."""
-    from transformers import LlamaConfig, Qwen2Config
+# What each tiny architecture adds over the shared shape below (tests/unit/
+# test_engine_architectures.py checks each against generate()). Windows are short so test prompts
+# pass them; Gemma 2's soft-cap is low so the tanh bends real logits.
+TINY_ARCHS: dict[str, dict] = {
+    "llama": dict(num_key_value_heads=4),  # MHA
+    "qwen2": dict(num_key_value_heads=2),  # GQA, attention biases
+    # Qwen2's per-layer pattern: layers >= max_window_layers slide, the others see everything.
+    "qwen2-sliding": dict(
+        num_key_value_heads=2, use_sliding_window=True, sliding_window=24, max_window_layers=1
+    ),
+    "qwen3": dict(num_key_value_heads=2, head_dim=32),  # q/k norms, explicit head_dim
+    "mistral": dict(num_key_value_heads=2, sliding_window=24),  # every layer slides
+    "phi3": dict(num_key_value_heads=4, sliding_window=20, pad_token_id=0),  # fused QKV
+    "gemma2": dict(  # sliding/full alternating, soft-capped logits, final soft-cap
+        num_key_value_heads=2,
+        head_dim=16,
+        sliding_window=16,
+        attn_logit_softcapping=5.0,
+        final_logit_softcapping=30.0,
+        query_pre_attn_scalar=16,
+    ),
+    "mixtral": dict(  # mixture of experts (4 experts, top 2) with a sliding window
+        num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, sliding_window=32
+    ),
+}
+_CONFIG_CLASS = {"qwen2-sliding": "qwen2"}
 
+
+def tiny_config(arch: str = "llama", **overrides):
+    """Config of a tiny decoder of one of TINY_ARCHS ("llama" is MHA, "qwen2" GQA...)."""
+    from transformers import AutoConfig
+
+    if arch not in TINY_ARCHS:
+        raise ValueError(f"arch={arch!r} is not one of {sorted(TINY_ARCHS)}")
     common = dict(
         vocab_size=TINY_VOCAB_SIZE,
         hidden_size=64,
@@ -98,13 +128,8 @@ def tiny_config(arch: str = "llama", **overrides):
         eos_token_id=2,
         pad_token_id=0,
     )
-    if arch == "llama":
-        cfg = LlamaConfig(**{**common, "num_key_value_heads": 4, **overrides})
-    elif arch == "qwen2":
-        cfg = Qwen2Config(**{**common, "num_key_value_heads": 2, **overrides})
-    else:
-        raise ValueError(f"arch={arch!r} is not one of 'llama', 'qwen2'")
-    return cfg
+    model_type = _CONFIG_CLASS.get(arch, arch)
+    return AutoConfig.for_model(model_type, **{**common, **TINY_ARCHS[arch], **overrides})
 
 
 def tiny_model(arch: str = "llama", seed: int = 0, dtype=torch.float32, **overrides):

@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 
+from serving.engine.features import UnsupportedModelError, check_attention_kwargs, model_name
+
 ATTN_IMPLEMENTATION = "tideserve_paged"
 
 
@@ -54,6 +56,54 @@ class PagedMetadata:
     slot_mapping: torch.Tensor  # [T] where each new token's K/V goes
     decode_groups: list[DecodeGroup] = field(default_factory=list)
     prefills: list[PrefillSegment] = field(default_factory=list)
+    # Masks derived once per step and shared by the layers that need them (sliding windows).
+    derived: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    """One layer's attention: scale, sliding window (tokens) and logit soft-cap, as passed."""
+
+    scale: float | None
+    window: int | None
+    softcap: float | None
+
+
+def _attend(q, k, v, mask, spec: _Spec, is_causal: bool = False, gqa: bool = False):
+    """SDPA, or the same math with soft-capped logits, which SDPA cannot do.
+
+    q [A, B, m, D], k/v [A, Bk, L, D], mask broadcastable to [A, B, m, L] (True = attend).
+    gqa: q holds H = Hkv x group heads on dim 1 against Hkv key heads (A = 1).
+    """
+    if spec.softcap is None:
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=is_causal, scale=spec.scale, enable_gqa=gqa
+        )
+    shape = q.shape
+    if gqa:  # fold [1, H, m, D] -> [Hkv, group, m, D] against [Hkv, 1, L, D]
+        q = q.view(k.shape[1], -1, shape[2], shape[3])
+        k, v = k.transpose(0, 1), v.transpose(0, 1)
+    scale = spec.scale if spec.scale is not None else shape[-1] ** -0.5
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    scores = torch.tanh(scores / spec.softcap) * spec.softcap
+    if is_causal:
+        m, n = scores.shape[-2:]
+        mask = torch.ones(m, n, dtype=torch.bool, device=q.device).tril(n - m)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(probs, v).view(shape)
+
+
+def _windowed(paged: PagedMetadata, key, mask: torch.Tensor, window: int) -> torch.Tensor:
+    """`mask` (causal, key index = position) and-ed with the sliding window; once per step."""
+    cached = paged.derived.get((key, window))
+    if cached is None:
+        kpos = torch.arange(mask.shape[-1], device=mask.device)
+        qpos = mask.sum(-1, keepdim=True) - 1  # a causal row's last visible key is its query
+        cached = mask & (kpos > qpos - window)
+        paged.derived[(key, window)] = cached
+    return cached
 
 
 def _gather(cache: torch.Tensor, blocks: torch.Tensor, num_seqs: int) -> torch.Tensor:
@@ -62,39 +112,53 @@ def _gather(cache: torch.Tensor, blocks: torch.Tensor, num_seqs: int) -> torch.T
     return cache.index_select(2, blocks).view(two, kv_heads, num_seqs, -1, dim)
 
 
-def _decode(q: torch.Tensor, cache: torch.Tensor, group: DecodeGroup, scale) -> torch.Tensor:
+def _decode(q, cache, group: DecodeGroup, spec: _Spec, paged: PagedMetadata) -> torch.Tensor:
     """q [H, T, D]; the group's rows, one query per sequence -> [B, H, D]."""
     heads, _, dim = q.shape
     b = group.end - group.start
     kv = _gather(cache, group.blocks, b)  # [2, Hkv, B, L, D]
     kv_heads = kv.shape[1]
+    mask = group.mask
+    if spec.window is not None:
+        mask = _windowed(paged, ("decode", group.start), mask, spec.window)
     qg = q[:, group.start : group.end].reshape(kv_heads, heads // kv_heads, b, dim)
-    out = F.scaled_dot_product_attention(
-        qg.transpose(1, 2), kv[0], kv[1], attn_mask=group.mask, scale=scale
-    )  # [Hkv, B, group, D]
+    out = _attend(qg.transpose(1, 2), kv[0], kv[1], mask, spec)  # [Hkv, B, group, D]
     return out.transpose(0, 1).reshape(b, heads, dim)
 
 
-def _prefill(q, k, v, cache, seg: PrefillSegment, scale) -> torch.Tensor:
+def _prefill(q, k, v, cache, seg: PrefillSegment, spec: _Spec, paged) -> torch.Tensor:
     """One sequence's chunk: q [H, n, D] -> [n, H, D]."""
     qs = q[:, seg.start : seg.end].unsqueeze(0)
+    n = seg.end - seg.start
     if seg.context_blocks is None:
         ks = k[:, seg.start : seg.end].unsqueeze(0)
         vs = v[:, seg.start : seg.end].unsqueeze(0)
-        out = F.scaled_dot_product_attention(
-            qs, ks, vs, is_causal=True, scale=scale, enable_gqa=True
-        )
+        if spec.window is None or spec.window >= n:
+            out = _attend(qs, ks, vs, None, spec, is_causal=True, gqa=True)
+        else:
+            causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+            mask = _windowed(paged, ("prefill", seg.start), causal, spec.window)
+            out = _attend(qs, ks, vs, mask, spec, gqa=True)
     else:
         kv = _gather(cache, seg.context_blocks, 1)  # [2, Hkv, 1, L, D]
-        out = F.scaled_dot_product_attention(
-            qs,
-            kv[0].transpose(0, 1),
-            kv[1].transpose(0, 1),
-            attn_mask=seg.mask,
-            scale=scale,
-            enable_gqa=True,
-        )
+        mask = seg.mask
+        if spec.window is not None:
+            mask = _windowed(paged, ("prefill", seg.start), mask, spec.window)
+        out = _attend(qs, kv[0].transpose(0, 1), kv[1].transpose(0, 1), mask, spec, gqa=True)
     return out[0].transpose(0, 1)
+
+
+def _spec(module, scaling, dropout, sliding_window, softcap, kwargs) -> _Spec:
+    """Validate what the model passed; anything not implemented is refused by name."""
+    check_attention_kwargs(module, kwargs)
+    if dropout:
+        raise UnsupportedModelError(
+            f"{type(module).__name__} of model {model_name(getattr(module, 'config', {}))} asks for attention "
+            f"dropout={dropout}; the engine serves models in eval mode only"
+        )
+    if sliding_window is not None and sliding_window < 1:
+        raise UnsupportedModelError(f"sliding_window={sliding_window} must be >= 1")
+    return _Spec(scaling, sliding_window, softcap)
 
 
 def paged_attention_forward(
@@ -106,13 +170,21 @@ def paged_attention_forward(
     scaling: float | None = None,
     dropout: float = 0.0,
     paged: PagedMetadata | None = None,
-    **_: object,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    **kwargs: object,
 ) -> tuple[torch.Tensor, None]:
     if paged is None:
         raise RuntimeError(
             f"attention '{ATTN_IMPLEMENTATION}' needs the engine's `paged` metadata; "
             "run this model through LLMEngine"
         )
+    if attention_mask is not None:  # the masking is ours; a model-made mask would be ignored
+        raise UnsupportedModelError(
+            f"model {model_name(getattr(module, 'config', {}))} passes its own attention mask, which the paged "
+            "attention would ignore"
+        )
+    spec = _spec(module, scaling, dropout, sliding_window, softcap, kwargs)
     cache = paged.kv_cache[module.layer_idx]  # [2, Hkv, num_blocks, bs, D]
     flat = cache.view(2, cache.shape[1], -1, cache.shape[-1])
     q, k, v = query[0], key[0], value[0]  # [H, T, D], [Hkv, T, D], [Hkv, T, D]
@@ -120,9 +192,9 @@ def paged_attention_forward(
     flat[1].index_copy_(1, paged.slot_mapping, v)
     out = torch.empty(q.shape[1], q.shape[0], q.shape[2], dtype=q.dtype, device=q.device)
     for group in paged.decode_groups:
-        out[group.start : group.end] = _decode(q, cache, group, scaling)
+        out[group.start : group.end] = _decode(q, cache, group, spec, paged)
     for seg in paged.prefills:
-        out[seg.start : seg.end] = _prefill(q, k, v, cache, seg, scaling)
+        out[seg.start : seg.end] = _prefill(q, k, v, cache, seg, spec, paged)
     return out.unsqueeze(0), None  # [1, T, H, D], as transformers' own backends return
 
 

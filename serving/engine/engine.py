@@ -20,6 +20,7 @@ from capacity.memory import blocks_for_tokens
 from serving.engine import loader
 from serving.engine.config import EngineConfig
 from serving.engine.driver import AsyncDriver
+from serving.engine.features import check_model
 from serving.engine.kv_blocks import BlockPool
 from serving.engine.ledger import KVLedger, concurrency_limit
 from serving.engine.outputs import RequestOutput, StreamDelta
@@ -60,6 +61,10 @@ class LLMEngine:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         mc = model.config
+        use_paged = cfg.runner == "paged" or (
+            cfg.runner == "auto" and type(model)._supports_attention_backend
+        )
+        check_model(mc, "paged" if use_paged else "hf")  # refuse by name what we cannot serve
         self.max_model_len = loader.resolve_max_model_len(cfg, mc)
         num_blocks = loader.num_kv_blocks(cfg, mc, self.dtype, self.device, self.max_model_len)
         self.pool = BlockPool(num_blocks, cfg.block_size_tokens)
@@ -67,9 +72,6 @@ class LLMEngine:
         self.scheduler = Scheduler(cfg, self.ledger)
         self.eos_token_ids = loader.eos_token_ids(model, tokenizer)
         self.vocab_size = mc.get_text_config().vocab_size
-        use_paged = cfg.runner == "paged" or (
-            cfg.runner == "auto" and type(model)._supports_attention_backend
-        )
         self.kv_cache: torch.Tensor | None = None
         self.runner: Runner
         if use_paged:
