@@ -40,6 +40,12 @@ def load_model_config(model: str) -> dict[str, Any]:
     return config
 
 
+def _model_label(model: str) -> str:
+    """What messages call the model: its folder (or hub id), not "config.json"."""
+    path = Path(model)
+    return path.parent.name if path.suffix == ".json" else (path.name or model)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m capacity", formatter_class=argparse.ArgumentDefaultsHelpFormatter
@@ -96,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             hot_fraction=args.hot_fraction,
             block_size_tokens=args.block_size,
             reserve_bytes=None if args.reserve_gib is None else int(args.reserve_gib * 1024**3),
+            model_name=_model_label(args.model),
         )
         result = plan(inputs)
         text = (

@@ -7,15 +7,21 @@ memory number comes from `capacity.memory` (the one formula); this module only c
 Throughput is a roofline estimate per replica:
 
 * decode step at concurrency C = max(memory time, compute time) where
-  memory time = (weight bytes + C x average context x KV bytes per token) / bandwidth and
-  compute time = 2 x params x C / dense BF16 FLOP/s; average context = input + output / 2;
-* prefill per request = max(2 x params x input tokens / FLOP/s, weight bytes / bandwidth);
+  memory time = (weight bytes + C x KV bytes of the average context) / bandwidth and
+  compute time = 2 x params per token x C / dense BF16 FLOP/s; average context = input +
+  output / 2; KV of a context is window-bounded on sliding layers (capacity.memory.seq_kv_bytes);
+  params per token are the active ones of a mixture of experts, without the embedding lookup;
+* prefill per request = max(2 x params per token x input tokens / FLOP/s, weight bytes / bandwidth);
 * a request costs prefill + output tokens x step / C of replica time, so
   raw requests/s = 1 / (prefill + output x step / C) at C = the KV region's max concurrency;
 * planned requests/s = raw x effective utilisation x safety (R6), tokens/s = requests/s x output.
 
 replicas_at_peak = ceil(peak QPS / planned requests/s); hot = ceil(hot_fraction x replicas),
 cold_max = the rest (R5/R6: hot pool 70 % of peak, 30 % elastic cold pool).
+
+Weights count every parameter exactly (capacity.params), at their quantised bits when the config
+says so. A model that cannot hold its weights, the reserve and one max_model_len sequence is
+refused (capacity.fit.DoesNotFit) with the GiB figures and what would fit instead.
 """
 
 from __future__ import annotations
@@ -26,21 +32,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from capacity import memory
+from capacity.fit import FitInputs, check_fits
 from capacity.gpus import GpuSpec, get_gpu
+from capacity.memory import default_reserve_bytes
+from capacity.params import ParamCount, count_params, quantization_config, transformers_config
+from capacity.plan_text import format_plan
 from common.validate import check_order, check_range
 
+__all__ = ["Plan", "PlanInputs", "default_reserve_bytes", "format_plan", "plan"]
 _GIB = 1024**3
 _OWNER = "PlanInputs"
-
-
-def default_reserve_bytes(device_bytes: int) -> int:
-    """2 GiB + 5 % of device memory, held outside weights and KV.
-
-    The fixed part covers the CUDA context, cuBLAS/NCCL workspaces and the torch runtime (about
-    0.5-1.5 GiB on current drivers); the proportional part covers activations of the largest
-    prefill batch and the caching allocator's fragmentation, both of which grow with the card.
-    """
-    return 2 * _GIB + int(0.05 * device_bytes)
 
 
 def _ceil(x: float) -> int:
@@ -122,6 +123,7 @@ class PlanInputs:
     hot_fraction: float = 0.7
     block_size_tokens: int = 16
     reserve_bytes: int | None = None
+    model_name: str | None = None  # what messages call the model (default: its model_type)
 
     def __post_init__(self) -> None:
         if not isinstance(self.model_config, Mapping):
@@ -162,7 +164,7 @@ class PlanInputs:
 @dataclass(frozen=True)
 class Plan:
     inputs: PlanInputs
-    num_params: int
+    params: ParamCount
     split: memory.MemorySplit
     memory_watermark: float
     max_concurrency_avg: int
@@ -176,24 +178,29 @@ class Plan:
     replicas_at_peak: int
     hot_replicas: int
     cold_max_replicas: int
+    kv_bytes_avg_seq: int = 0  # KV of one average sequence, window-bounded on sliding layers
     warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def num_params(self) -> int:
+        return self.params.total
 
     def budget_rows(self) -> list[tuple[str, str]]:
         s = self.split
         gib = lambda b: f"{b / _GIB:.2f} GiB"  # noqa: E731
         return [
             ("device memory", gib(s.device_bytes)),
-            (
-                f"weights ({self.num_params / 1e9:.2f} B params, {self.inputs.dtype})",
-                gib(s.weight_bytes),
-            ),
+            (f"weights ({self._weights_label()})", gib(s.weight_bytes)),
             ("reserve (CUDA ctx, activations, fragmentation)", gib(s.reserve_bytes)),
             (
                 f"KV region (hard cap, {s.num_blocks} blocks x {s.block_size_tokens} tok)",
                 gib(s.kv_region_bytes),
             ),
-            ("KV bytes per token", f"{s.kv_bytes_per_token:,} B"),
-            ("KV capacity", f"{s.kv_capacity_tokens:,} tokens"),
+            ("KV bytes per token (all layers)", f"{s.kv_bytes_per_token:,} B"),
+            (
+                f"KV of one avg {self._avg_len()}-token sequence",
+                f"{self.kv_bytes_avg_seq / 2**20:,.1f} MiB",
+            ),
             (f"max concurrency @ avg {self._avg_len()} tok", f"{self.max_concurrency_avg}"),
             (
                 f"max concurrency @ max_model_len {self.inputs.max_model_len}",
@@ -201,6 +208,15 @@ class Plan:
             ),
             ("memory watermark", f"{self.memory_watermark:.1%}"),
         ]
+
+    def _weights_label(self) -> str:
+        p, q = self.params, quantization_config(self.inputs.model_config)
+        text = f"{p.total / 1e9:.2f} B params" + ("" if p.exact else " (estimated)")
+        if p.active != p.total:
+            text += f", {p.active / 1e9:.2f} B active per token"
+        if q:
+            return text + f", {q.get('quant_method')} quantised, rest {self.inputs.dtype}"
+        return text + f", {self.inputs.dtype}"
 
     def _avg_len(self) -> int:
         return self.inputs.avg_input_tokens + self.inputs.avg_output_tokens
@@ -211,6 +227,10 @@ class Plan:
             "gpu": i.spec.name,
             "dtype": i.dtype,
             "num_params": self.num_params,
+            "num_params_active": self.params.active,
+            "num_params_exact": self.params.exact,
+            "kv_bytes_avg_seq": self.kv_bytes_avg_seq,
+            "num_paging_groups": s.num_paging_groups,
             "device_bytes": s.device_bytes,
             "weight_bytes": s.weight_bytes,
             "reserve_bytes": s.reserve_bytes,
@@ -236,66 +256,110 @@ class Plan:
         }
 
 
-def plan(inputs: PlanInputs) -> Plan:
-    """Memory budget table + roofline throughput + replicas; ValueError when the model won't fit."""
-    gpu, cfg, dtype, bs = inputs.spec, inputs.model_config, inputs.dtype, inputs.block_size_tokens
-    num_params = memory.estimate_num_params(cfg)
-    weights = memory.weight_bytes(num_params, dtype)
-    reserve = (
-        inputs.reserve_bytes
-        if inputs.reserve_bytes is not None
-        else default_reserve_bytes(gpu.memory_bytes)
+def model_view(config: Mapping[str, Any]):
+    """The config as transformers reads it (derived fields such as layer_types filled in), or
+    the raw dict when transformers does not know its model_type."""
+    return transformers_config(dict(config)) or config
+
+
+def _describe(inputs: PlanInputs, params: ParamCount) -> str:
+    name = inputs.model_name or inputs.model_config.get("model_type") or "model"
+    return f"model {name} ({params.total / 1e9:.2f} B parameters, {inputs.dtype})"
+
+
+def _longest_fitting_len(left_bytes: int, page_bytes: int, layout, inputs: PlanInputs) -> int:
+    """Longest sequence whose pages fit in `left_bytes` (0 if none), by bisection."""
+    pages, bs = max(0, left_bytes) // page_bytes, inputs.block_size_tokens
+    lo, hi = 0, inputs.max_model_len
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if memory.seq_blocks(layout, mid, bs) <= pages else (lo, mid - 1)
+    return lo
+
+
+def _memory(inputs: PlanInputs, cfg, params: ParamCount) -> memory.MemorySplit:
+    """Weights + reserve + KV region; DoesNotFit unless one max_model_len sequence fits."""
+    gpu, dtype, bs = inputs.spec, inputs.dtype, inputs.block_size_tokens
+    weights = memory.weight_bytes(params, dtype, quantization_config(inputs.model_config))
+    reserve = default_reserve_bytes(gpu.memory_bytes)
+    if inputs.reserve_bytes is not None:
+        reserve = inputs.reserve_bytes
+    layout, page = memory.paging_layout(cfg), memory.block_bytes(cfg, dtype, bs)
+    left = int(gpu.memory_bytes * inputs.utilization) - weights - reserve
+    fit = FitInputs(
+        what=_describe(inputs, params),
+        weight_bytes=weights,
+        one_seq_kv_bytes=memory.seq_blocks(layout, inputs.max_model_len, bs) * page,
+        max_model_len=inputs.max_model_len,
+        utilization=inputs.utilization,
+        reserve_bytes=inputs.reserve_bytes,
+        longest_fitting_len=_longest_fitting_len(left, page, layout, inputs),
     )
-    split = memory.split_memory(
+    check_fits(fit, f"one {gpu.name}", gpu.memory_bytes, gpu)
+    return memory.split_memory(
         gpu.memory_bytes, weights, reserve, inputs.utilization, cfg, dtype, bs
     )
-    avg_len = inputs.avg_input_tokens + inputs.avg_output_tokens
-    conc_avg = memory.max_concurrency(split.num_blocks, avg_len, bs)
-    conc_max = memory.max_concurrency(split.num_blocks, inputs.max_model_len, bs)
-    if conc_max < 1:
-        need = memory.blocks_for_tokens(inputs.max_model_len, bs) * bs * split.kv_bytes_per_token
-        raise ValueError(
-            f"one max_model_len={inputs.max_model_len} sequence needs {need / _GIB:.2f} GiB of KV "
-            f"but the KV region holds {split.kv_region_bytes / _GIB:.2f} GiB "
-            f"({split.kv_capacity_tokens} tokens); lower max_model_len, use a larger device, a "
-            "smaller dtype, or raise utilization."
-        )
-    watermark = (split.weight_bytes + split.reserve_bytes + split.kv_region_bytes) / (
-        split.device_bytes
-    )
 
-    # Roofline at the concurrency the KV region allows.
-    flops = gpu.bf16_flops_per_s
-    avg_ctx = inputs.avg_input_tokens + inputs.avg_output_tokens / 2
-    kv_read = conc_avg * avg_ctx * split.kv_bytes_per_token
-    mem_s = (weights + kv_read) / gpu.bandwidth_bytes_per_s
-    compute_s = 2 * num_params * conc_avg / flops
+
+def _roofline(inputs: PlanInputs, params: ParamCount, split, conc: int, kv_avg_ctx: int):
+    """(decode step s, bound, prefill s per request, raw requests/s) at concurrency `conc`."""
+    gpu = inputs.spec
+    flops, bandwidth = gpu.bf16_flops_per_s, gpu.bandwidth_bytes_per_s
+    mem_s = (split.weight_bytes + conc * kv_avg_ctx) / bandwidth
+    compute_s = 2 * params.flop_params * conc / flops
     step_s = max(mem_s, compute_s)
-    bound = "memory" if mem_s >= compute_s else "compute"
     prefill_s = max(
-        2 * num_params * inputs.avg_input_tokens / flops, weights / gpu.bandwidth_bytes_per_s
+        2 * params.flop_params * inputs.avg_input_tokens / flops, split.weight_bytes / bandwidth
     )
-    raw_rps = 1.0 / (prefill_s + inputs.avg_output_tokens * step_s / conc_avg)
-    eff = inputs.effective_utilization
-    eff = inputs.utilization if eff is None else eff
-    rps = raw_rps * eff * inputs.safety
-    tps = rps * inputs.avg_output_tokens
-    replicas = replicas_for_peak(inputs.peak_qps, rps)
-    hot, cold = hot_cold_split(replicas, inputs.hot_fraction)
+    raw_rps = 1.0 / (prefill_s + inputs.avg_output_tokens * step_s / conc)
+    return step_s, ("memory" if mem_s >= compute_s else "compute"), prefill_s, raw_rps
 
-    warnings: list[str] = []
+
+def _warnings(inputs: PlanInputs, params: ParamCount, prefill_s: float) -> tuple[str, ...]:
+    gpu, dtype = inputs.spec, inputs.dtype
+    out: list[str] = []
     if not gpu.bf16_supported and memory.dtype_bytes(dtype) == 2 and "bf" in dtype.lower():
-        warnings.append(f"{gpu.name} has no BF16; serve in float16 (compute figure is FP16)")
+        out.append(f"{gpu.name} has no BF16; serve in float16 (compute figure is FP16)")
     if inputs.ttft_p99_s is not None and prefill_s > inputs.ttft_p99_s:
-        warnings.append(
+        out.append(
             f"prefill alone takes {prefill_s * 1e3:.0f} ms > ttft_p99_s "
             f"{inputs.ttft_p99_s * 1e3:.0f} ms at {inputs.avg_input_tokens} input tokens"
         )
+    if not params.exact:
+        out.append(f"parameter count {params.source}")
+    from serving.engine.features import UnsupportedModelError, check_model  # torch-free
+
+    try:
+        check_model(inputs.model_config, "paged")
+    except UnsupportedModelError as err:
+        out.append(f"tideserve's engine would refuse this model: {err}")
+    return tuple(out)
+
+
+def plan(inputs: PlanInputs) -> Plan:
+    """Memory budget table + roofline throughput + replicas; DoesNotFit when the model won't."""
+    cfg = model_view(inputs.model_config)
+    params = count_params(cfg)
+    split = _memory(inputs, cfg, params)
+    layout, bs = memory.paging_layout(cfg), inputs.block_size_tokens
+    avg_len = inputs.avg_input_tokens + inputs.avg_output_tokens
+    conc_avg = memory.max_concurrency(split.num_blocks, avg_len, bs, layout)
+    conc_max = memory.max_concurrency(split.num_blocks, inputs.max_model_len, bs, layout)
+    used = split.weight_bytes + split.reserve_bytes + split.kv_region_bytes
+    avg_ctx = math.ceil(inputs.avg_input_tokens + inputs.avg_output_tokens / 2)
+    kv_avg_ctx = memory.seq_kv_bytes(cfg, inputs.dtype, avg_ctx)
+    step_s, bound, prefill_s, raw_rps = _roofline(inputs, params, split, conc_avg, kv_avg_ctx)
+    eff = (
+        inputs.utilization if inputs.effective_utilization is None else inputs.effective_utilization
+    )
+    rps = raw_rps * eff * inputs.safety
+    replicas = replicas_for_peak(inputs.peak_qps, rps)
+    hot, cold = hot_cold_split(replicas, inputs.hot_fraction)
     return Plan(
         inputs=inputs,
-        num_params=num_params,
+        params=params,
         split=split,
-        memory_watermark=watermark,
+        memory_watermark=used / split.device_bytes,
         max_concurrency_avg=conc_avg,
         max_concurrency_max_len=conc_max,
         decode_step_s=step_s,
@@ -303,52 +367,13 @@ def plan(inputs: PlanInputs) -> Plan:
         prefill_s_per_request=prefill_s,
         raw_requests_per_s=raw_rps,
         replica_requests_per_s=rps,
-        replica_tokens_per_s=tps,
+        replica_tokens_per_s=rps * inputs.avg_output_tokens,
         replicas_at_peak=replicas,
         hot_replicas=hot,
         cold_max_replicas=cold,
-        warnings=tuple(warnings),
+        kv_bytes_avg_seq=memory.seq_kv_bytes(cfg, inputs.dtype, avg_len),
+        warnings=_warnings(inputs, params, prefill_s),
     )
-
-
-def format_plan(p: Plan) -> str:
-    """Human-readable budget table, throughput and replicas (aligned columns)."""
-    i = p.inputs
-    lines = [
-        f"Capacity plan: {i.spec.name}, {i.dtype}, avg {i.avg_input_tokens} in + "
-        f"{i.avg_output_tokens} out tokens, max_model_len {i.max_model_len}, "
-        f"peak {i.peak_qps:g} QPS",
-        "",
-        "Memory budget (R4)",
-    ]
-    rows = p.budget_rows()
-    width = max(len(k) for k, _ in rows)
-    vwidth = max(len(v) for _, v in rows)
-    lines += [f"  {k:<{width}}  {v:>{vwidth}}" for k, v in rows]
-    eff = i.utilization if i.effective_utilization is None else i.effective_utilization
-    bound = p.decode_bound
-    thr = [
-        ("decode step @ max concurrency", f"{p.decode_step_s * 1e3:.2f} ms ({bound}-bound)"),
-        ("prefill per request", f"{p.prefill_s_per_request * 1e3:.2f} ms"),
-        ("roofline requests/s per replica", f"{p.raw_requests_per_s:.2f}"),
-        (
-            f"planned requests/s (x {eff:g} util x {i.safety:g} safety)",
-            f"{p.replica_requests_per_s:.2f}",
-        ),
-        ("planned output tokens/s per replica", f"{p.replica_tokens_per_s:,.0f}"),
-    ]
-    rep = [
-        ("replicas at peak", f"{p.replicas_at_peak}"),
-        (f"hot pool ({i.hot_fraction:.0%})", f"{p.hot_replicas}"),
-        ("cold pool max", f"{p.cold_max_replicas}"),
-    ]
-    width = max(len(k) for k, _ in thr + rep)
-    lines += ["", "Throughput (roofline, R6)"]
-    lines += [f"  {k:<{width}}  {v}" for k, v in thr]
-    lines += ["", "Replicas (R5/R6)"]
-    lines += [f"  {k:<{width}}  {v}" for k, v in rep]
-    lines += [f"warning: {w}" for w in p.warnings]
-    return "\n".join(lines)
 
 
 # --- measured costs (capacity.calibrate profiles) ----------------------------------------------

@@ -3,21 +3,25 @@ weights."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from capacity import memory
+from capacity import cli, memory
+from capacity.fit import DoesNotFit
 from capacity.gpus import GPUS, get_gpu
+from capacity.params import count_params
 from capacity.planner import (
     PlanInputs,
     default_reserve_bytes,
     format_plan,
     hot_cold_split,
+    model_view,
     plan,
     replicas_for_peak,
     requests_per_s_per_gpu,
@@ -184,14 +188,17 @@ def test_plan_uses_the_one_memory_formula(config, dtype, kv_per_token):
     p = plan(inputs(config, dtype=dtype))
     s = p.split
     assert s.kv_bytes_per_token == kv_per_token == memory.kv_bytes_per_token(config, dtype)
-    assert s.weight_bytes == memory.estimate_num_params(config) * 2
+    assert s.weight_bytes == count_params(model_view(config)).total * 2
     assert s.reserve_bytes == default_reserve_bytes(80 * GIB) == 2 * GIB + int(0.05 * 80 * GIB)
     expected = memory.split_memory(
         80 * GIB, s.weight_bytes, s.reserve_bytes, 0.9, config, dtype, 16
     )
     assert s == expected
+    # transformers' MistralConfig fills in its 4096-token window: sequences hold at most that
+    layout = memory.paging_layout(model_view(config))
+    assert layout.group_windows == ((4096,) if config is MISTRAL_7B else (None,))
     assert p.max_concurrency_avg == memory.max_concurrency(s.num_blocks, 720, 16)
-    assert p.max_concurrency_max_len == memory.max_concurrency(s.num_blocks, 8192, 16)
+    assert p.max_concurrency_max_len == memory.max_concurrency(s.num_blocks, 8192, 16, layout)
 
 
 @pytest.mark.parametrize("gpu", ["H200", "H100-SXM", "A100-80GB", "L40S"])
@@ -226,7 +233,9 @@ def test_r6_roofline_example_llama3_8b_h100():
     # decode step = (weights + C x 660 x 131072) / 3.35 TB/s
     kv_read = p.max_concurrency_avg * 660 * 131_072
     assert p.decode_step_s == pytest.approx((p.split.weight_bytes + kv_read) / 3.35e12)
-    assert p.prefill_s_per_request == pytest.approx(2 * p.num_params * 600 / 989e12)
+    # compute counts the parameters a token multiplies through: not the embedding lookup
+    assert p.params.flop_params == p.num_params - 128256 * 4096
+    assert p.prefill_s_per_request == pytest.approx(2 * p.params.flop_params * 600 / 989e12)
 
 
 def test_effective_utilization_and_ttft_warning():
@@ -239,12 +248,12 @@ def test_effective_utilization_and_ttft_warning():
 
 
 def test_does_not_fit_names_shortfall_and_fix():
-    with pytest.raises(ValueError, match=r"short by \d+\.\d\d GiB.*larger device.*dtype"):
+    with pytest.raises(DoesNotFit, match=r"short by \d+\.\d\d GiB.*over 8 x L4.*smaller dtype"):
         plan(inputs(LLAMA2_70B, "L4", dtype="fp16"))
 
 
 def test_max_model_len_that_does_not_fit():
-    with pytest.raises(ValueError, match="lower max_model_len"):
+    with pytest.raises(DoesNotFit, match=r"max_model_len of at most \d+"):
         plan(inputs(LLAMA2_7B, "L4", dtype="fp16", max_model_len=1_000_000))
 
 
@@ -287,13 +296,12 @@ def test_format_plan_has_budget_table():
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "capacity", "plan", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-    )
+    """`python -m capacity plan ...` in this process (the exit code is main's return value;
+    tests/unit/test_capacity_public_configs.py runs it as a real subprocess once)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(["plan", *args])
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 R6_ARGS = ("--avg-input", "600", "--avg-output", "120", "--peak-qps", "2000")
