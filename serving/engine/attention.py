@@ -148,13 +148,17 @@ def _prefill(q, k, v, cache, seg: PrefillSegment, spec: _Spec, paged) -> torch.T
     return out[0].transpose(0, 1)
 
 
+def _owner(module) -> str:
+    return f"{type(module).__name__} of model {model_name(getattr(module, 'config', {}))}"
+
+
 def _spec(module, scaling, dropout, sliding_window, softcap, kwargs) -> _Spec:
     """Validate what the model passed; anything not implemented is refused by name."""
     check_attention_kwargs(module, kwargs)
     if dropout:
         raise UnsupportedModelError(
-            f"{type(module).__name__} of model {model_name(getattr(module, 'config', {}))} asks for attention "
-            f"dropout={dropout}; the engine serves models in eval mode only"
+            f"{_owner(module)} asks for attention dropout={dropout}; the engine serves models "
+            "in eval mode only"
         )
     if sliding_window is not None and sliding_window < 1:
         raise UnsupportedModelError(f"sliding_window={sliding_window} must be >= 1")
@@ -181,8 +185,8 @@ def paged_attention_forward(
         )
     if attention_mask is not None:  # the masking is ours; a model-made mask would be ignored
         raise UnsupportedModelError(
-            f"model {model_name(getattr(module, 'config', {}))} passes its own attention mask, which the paged "
-            "attention would ignore"
+            f"{_owner(module)} passes its own attention mask, which the paged attention would "
+            "ignore"
         )
     spec = _spec(module, scaling, dropout, sliding_window, softcap, kwargs)
     cache = paged.kv_cache[module.layer_idx]  # [2, Hkv, num_blocks, bs, D]
