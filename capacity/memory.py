@@ -227,13 +227,17 @@ def window_blocks(window_tokens: int, block_size_tokens: int, chunk_tokens: int 
 
 
 def seq_blocks(
-    layout: PagingLayout, num_tokens: int, block_size_tokens: int, chunk_tokens: int = 1
+    group_windows: tuple[int | None, ...],
+    num_tokens: int,
+    block_size_tokens: int,
+    chunk_tokens: int = 1,
 ) -> int:
-    """Pages one sequence of `num_tokens` holds, summed over the paging groups."""
+    """Pages one sequence of `num_tokens` holds at most, summed over the paging groups
+    (PagingLayout.group_windows), while it runs chunks of up to `chunk_tokens`."""
     full = blocks_for_tokens(num_tokens, block_size_tokens)
     return sum(
         full if w is None else min(full, window_blocks(w, block_size_tokens, chunk_tokens))
-        for w in layout.group_windows
+        for w in group_windows
     )
 
 
@@ -241,15 +245,13 @@ def max_concurrency(
     num_blocks: int,
     avg_seq_len_tokens: float,
     block_size_tokens: int,
-    layout: PagingLayout | None = None,
+    group_windows: tuple[int | None, ...] = (None,),
 ) -> int:
     """Sequences of the average length that fit in `num_blocks` (R4: derive, then enforce)."""
     if avg_seq_len_tokens <= 0:
         raise ValueError(f"avg_seq_len_tokens={avg_seq_len_tokens} must be > 0")
     n = math.ceil(avg_seq_len_tokens)
-    if layout is None:
-        return num_blocks // blocks_for_tokens(n, block_size_tokens)
-    return num_blocks // seq_blocks(layout, n, block_size_tokens)
+    return num_blocks // seq_blocks(group_windows, n, block_size_tokens)
 
 
 # --- weights and the memory split ----------------------------------------------------------------

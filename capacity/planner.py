@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from capacity import memory
@@ -36,7 +36,7 @@ from capacity.fit import FitInputs, check_fits
 from capacity.gpus import GpuSpec, get_gpu
 from capacity.memory import default_reserve_bytes
 from capacity.params import ParamCount, count_params, quantization_config, transformers_config
-from capacity.plan_text import format_plan
+from capacity.plan_result import Plan, format_plan
 from common.validate import check_order, check_range
 
 __all__ = ["Plan", "PlanInputs", "default_reserve_bytes", "format_plan", "plan"]
@@ -161,101 +161,6 @@ class PlanInputs:
         return self.gpu
 
 
-@dataclass(frozen=True)
-class Plan:
-    inputs: PlanInputs
-    params: ParamCount
-    split: memory.MemorySplit
-    memory_watermark: float
-    max_concurrency_avg: int
-    max_concurrency_max_len: int
-    decode_step_s: float
-    decode_bound: str  # "memory" or "compute"
-    prefill_s_per_request: float
-    raw_requests_per_s: float
-    replica_requests_per_s: float
-    replica_tokens_per_s: float
-    replicas_at_peak: int
-    hot_replicas: int
-    cold_max_replicas: int
-    kv_bytes_avg_seq: int = 0  # KV of one average sequence, window-bounded on sliding layers
-    warnings: tuple[str, ...] = field(default=())
-
-    @property
-    def num_params(self) -> int:
-        return self.params.total
-
-    def budget_rows(self) -> list[tuple[str, str]]:
-        s = self.split
-        gib = lambda b: f"{b / _GIB:.2f} GiB"  # noqa: E731
-        return [
-            ("device memory", gib(s.device_bytes)),
-            (f"weights ({self._weights_label()})", gib(s.weight_bytes)),
-            ("reserve (CUDA ctx, activations, fragmentation)", gib(s.reserve_bytes)),
-            (
-                f"KV region (hard cap, {s.num_blocks} blocks x {s.block_size_tokens} tok)",
-                gib(s.kv_region_bytes),
-            ),
-            ("KV bytes per token (all layers)", f"{s.kv_bytes_per_token:,} B"),
-            (
-                f"KV of one avg {self._avg_len()}-token sequence",
-                f"{self.kv_bytes_avg_seq / 2**20:,.1f} MiB",
-            ),
-            (f"max concurrency @ avg {self._avg_len()} tok", f"{self.max_concurrency_avg}"),
-            (
-                f"max concurrency @ max_model_len {self.inputs.max_model_len}",
-                f"{self.max_concurrency_max_len}",
-            ),
-            ("memory watermark", f"{self.memory_watermark:.1%}"),
-        ]
-
-    def _weights_label(self) -> str:
-        p, q = self.params, quantization_config(self.inputs.model_config)
-        text = f"{p.total / 1e9:.2f} B params" + ("" if p.exact else " (estimated)")
-        if p.active != p.total:
-            text += f", {p.active / 1e9:.2f} B active per token"
-        if q:
-            return text + f", {q.get('quant_method')} quantised, rest {self.inputs.dtype}"
-        return text + f", {self.inputs.dtype}"
-
-    def _avg_len(self) -> int:
-        return self.inputs.avg_input_tokens + self.inputs.avg_output_tokens
-
-    def to_dict(self) -> dict[str, Any]:
-        s, i = self.split, self.inputs
-        return {
-            "gpu": i.spec.name,
-            "dtype": i.dtype,
-            "num_params": self.num_params,
-            "num_params_active": self.params.active,
-            "num_params_exact": self.params.exact,
-            "kv_bytes_avg_seq": self.kv_bytes_avg_seq,
-            "num_paging_groups": s.num_paging_groups,
-            "device_bytes": s.device_bytes,
-            "weight_bytes": s.weight_bytes,
-            "reserve_bytes": s.reserve_bytes,
-            "kv_region_bytes": s.kv_region_bytes,
-            "kv_bytes_per_token": s.kv_bytes_per_token,
-            "block_size_tokens": s.block_size_tokens,
-            "num_kv_blocks": s.num_blocks,
-            "kv_capacity_tokens": s.kv_capacity_tokens,
-            "memory_watermark": self.memory_watermark,
-            "max_concurrency_avg": self.max_concurrency_avg,
-            "max_concurrency_max_len": self.max_concurrency_max_len,
-            "decode_step_s": self.decode_step_s,
-            "decode_bound": self.decode_bound,
-            "prefill_s_per_request": self.prefill_s_per_request,
-            "raw_requests_per_s": self.raw_requests_per_s,
-            "replica_requests_per_s": self.replica_requests_per_s,
-            "replica_tokens_per_s": self.replica_tokens_per_s,
-            "peak_qps": i.peak_qps,
-            "replicas_at_peak": self.replicas_at_peak,
-            "hot_replicas": self.hot_replicas,
-            "cold_max_replicas": self.cold_max_replicas,
-            "warnings": list(self.warnings),
-        }
-
-
 def model_view(config: Mapping[str, Any]):
     """The config as transformers reads it (derived fields such as layer_types filled in), or
     the raw dict when transformers does not know its model_type."""
@@ -273,7 +178,11 @@ def _longest_fitting_len(left_bytes: int, page_bytes: int, layout, inputs: PlanI
     lo, hi = 0, inputs.max_model_len
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if memory.seq_blocks(layout, mid, bs) <= pages else (lo, mid - 1)
+        lo, hi = (
+            (mid, hi)
+            if memory.seq_blocks(layout.group_windows, mid, bs) <= pages
+            else (lo, mid - 1)
+        )
     return lo
 
 
@@ -289,7 +198,7 @@ def _memory(inputs: PlanInputs, cfg, params: ParamCount) -> memory.MemorySplit:
     fit = FitInputs(
         what=_describe(inputs, params),
         weight_bytes=weights,
-        one_seq_kv_bytes=memory.seq_blocks(layout, inputs.max_model_len, bs) * page,
+        one_seq_kv_bytes=memory.seq_blocks(layout.group_windows, inputs.max_model_len, bs) * page,
         max_model_len=inputs.max_model_len,
         utilization=inputs.utilization,
         reserve_bytes=inputs.reserve_bytes,
@@ -341,10 +250,10 @@ def plan(inputs: PlanInputs) -> Plan:
     cfg = model_view(inputs.model_config)
     params = count_params(cfg)
     split = _memory(inputs, cfg, params)
-    layout, bs = memory.paging_layout(cfg), inputs.block_size_tokens
+    windows, bs = memory.paging_layout(cfg).group_windows, inputs.block_size_tokens
     avg_len = inputs.avg_input_tokens + inputs.avg_output_tokens
-    conc_avg = memory.max_concurrency(split.num_blocks, avg_len, bs, layout)
-    conc_max = memory.max_concurrency(split.num_blocks, inputs.max_model_len, bs, layout)
+    conc_avg = memory.max_concurrency(split.num_blocks, avg_len, bs, windows)
+    conc_max = memory.max_concurrency(split.num_blocks, inputs.max_model_len, bs, windows)
     used = split.weight_bytes + split.reserve_bytes + split.kv_region_bytes
     avg_ctx = math.ceil(inputs.avg_input_tokens + inputs.avg_output_tokens / 2)
     kv_avg_ctx = memory.seq_kv_bytes(cfg, inputs.dtype, avg_ctx)

@@ -26,7 +26,9 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 
+from capacity.memory import paging_layout
 from serving.engine.features import UnsupportedModelError, check_attention_kwargs, model_name
+from serving.engine.kv_cache import GroupedKVCache
 
 ATTN_IMPLEMENTATION = "tideserve_paged"
 
@@ -52,7 +54,7 @@ class DecodeGroup:
 class PagedMetadata:
     """Everything one step's attention needs, built once per step and shared by all layers."""
 
-    kv_cache: torch.Tensor  # [layers, 2, kv_heads, num_blocks, block_size, head_dim]
+    kv_cache: torch.Tensor | GroupedKVCache  # [layers, 2, kv_heads, blocks + 1, bs, head_dim]
     slot_mapping: torch.Tensor  # [T] where each new token's K/V goes
     decode_groups: list[DecodeGroup] = field(default_factory=list)
     prefills: list[PrefillSegment] = field(default_factory=list)
@@ -112,11 +114,11 @@ def _gather(cache: torch.Tensor, blocks: torch.Tensor, num_seqs: int) -> torch.T
     return cache.index_select(2, blocks).view(two, kv_heads, num_seqs, -1, dim)
 
 
-def _decode(q, cache, group: DecodeGroup, spec: _Spec, paged: PagedMetadata) -> torch.Tensor:
+def _decode(q, cache, group: DecodeGroup, spec: _Spec, paged, blocks) -> torch.Tensor:
     """q [H, T, D]; the group's rows, one query per sequence -> [B, H, D]."""
     heads, _, dim = q.shape
     b = group.end - group.start
-    kv = _gather(cache, group.blocks, b)  # [2, Hkv, B, L, D]
+    kv = _gather(cache, blocks, b)  # [2, Hkv, B, L, D]
     kv_heads = kv.shape[1]
     mask = group.mask
     if spec.window is not None:
@@ -126,7 +128,7 @@ def _decode(q, cache, group: DecodeGroup, spec: _Spec, paged: PagedMetadata) -> 
     return out.transpose(0, 1).reshape(b, heads, dim)
 
 
-def _prefill(q, k, v, cache, seg: PrefillSegment, spec: _Spec, paged) -> torch.Tensor:
+def _prefill(q, k, v, cache, seg: PrefillSegment, spec: _Spec, paged, blocks) -> torch.Tensor:
     """One sequence's chunk: q [H, n, D] -> [n, H, D]."""
     qs = q[:, seg.start : seg.end].unsqueeze(0)
     n = seg.end - seg.start
@@ -140,7 +142,7 @@ def _prefill(q, k, v, cache, seg: PrefillSegment, spec: _Spec, paged) -> torch.T
             mask = _windowed(paged, ("prefill", seg.start), causal, spec.window)
             out = _attend(qs, ks, vs, mask, spec, gqa=True)
     else:
-        kv = _gather(cache, seg.context_blocks, 1)  # [2, Hkv, 1, L, D]
+        kv = _gather(cache, blocks, 1)  # [2, Hkv, 1, L, D]
         mask = seg.mask
         if spec.window is not None:
             mask = _windowed(paged, ("prefill", seg.start), mask, spec.window)
@@ -189,17 +191,54 @@ def paged_attention_forward(
             "ignore"
         )
     spec = _spec(module, scaling, dropout, sliding_window, softcap, kwargs)
-    cache = paged.kv_cache[module.layer_idx]  # [2, Hkv, num_blocks, bs, D]
+    layer = module.layer_idx
+    _check_window(module, layer, spec)
+    cache = paged.kv_cache[layer]  # [2, Hkv, num_blocks + 1, bs, D]
+    slots, decode_blocks, prefill_blocks = _group_blocks(paged, layer)
     flat = cache.view(2, cache.shape[1], -1, cache.shape[-1])
     q, k, v = query[0], key[0], value[0]  # [H, T, D], [Hkv, T, D], [Hkv, T, D]
-    flat[0].index_copy_(1, paged.slot_mapping, k)
-    flat[1].index_copy_(1, paged.slot_mapping, v)
+    flat[0].index_copy_(1, slots, k)
+    flat[1].index_copy_(1, slots, v)
     out = torch.empty(q.shape[1], q.shape[0], q.shape[2], dtype=q.dtype, device=q.device)
-    for group in paged.decode_groups:
-        out[group.start : group.end] = _decode(q, cache, group, spec, paged)
-    for seg in paged.prefills:
-        out[seg.start : seg.end] = _prefill(q, k, v, cache, seg, spec, paged)
+    for group, blocks in zip(paged.decode_groups, decode_blocks, strict=True):
+        out[group.start : group.end] = _decode(q, cache, group, spec, paged, blocks)
+    for seg, blocks in zip(paged.prefills, prefill_blocks, strict=True):
+        out[seg.start : seg.end] = _prefill(q, k, v, cache, seg, spec, paged, blocks)
     return out.unsqueeze(0), None  # [1, T, H, D], as transformers' own backends return
+
+
+def _group_blocks(paged: PagedMetadata, layer: int):
+    """(slot mapping, decode groups' blocks, prefills' context blocks) in `layer`'s own paging
+    group: the runner's ids for group 0, translated once per step for the others."""
+    kv = paged.kv_cache
+    group = kv.group_of(layer) if isinstance(kv, GroupedKVCache) else 0
+    cached = paged.derived.get(("group", group))
+    if cached is not None:
+        return cached
+    slots = paged.slot_mapping
+    decode = [g.blocks for g in paged.decode_groups]
+    prefill = [s.context_blocks for s in paged.prefills]
+    if group:
+        page_map = kv.page_map(group)
+        slots = kv.translate_slots(group, slots, page_map)
+        decode = [kv.translate_blocks(group, b, page_map) for b in decode]
+        prefill = [None if b is None else kv.translate_blocks(group, b, page_map) for b in prefill]
+    paged.derived[("group", group)] = cached = (slots, decode, prefill)
+    return cached
+
+
+def _check_window(module, layer: int, spec: _Spec) -> None:
+    """A layer whose paging group frees blocks outside window W must attend within W."""
+    freed_outside = getattr(module, "_tideserve_paging_window", False)
+    if freed_outside is False:  # once per module: the layout is a function of the config
+        layout = paging_layout(module.config)
+        freed_outside = layout.group_windows[layout.layer_group[layer]]
+        module._tideserve_paging_window = freed_outside
+    if freed_outside is not None and (spec.window is None or spec.window > freed_outside):
+        raise RuntimeError(
+            f"{_owner(module)} layer {layer} attends with sliding_window={spec.window} but its "
+            f"paging group frees blocks outside a {freed_outside}-token window"
+        )
 
 
 def register() -> str:

@@ -14,14 +14,10 @@ from collections.abc import AsyncIterator, Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
-import torch
-
-from capacity.memory import blocks_for_tokens
 from serving.engine import loader
 from serving.engine.config import EngineConfig
 from serving.engine.driver import AsyncDriver
 from serving.engine.features import check_model
-from serving.engine.kv_blocks import BlockPool
 from serving.engine.ledger import KVLedger, concurrency_limit
 from serving.engine.outputs import RequestOutput, StreamDelta
 from serving.engine.runner import HFRunner, PagedRunner, Runner
@@ -67,17 +63,17 @@ class LLMEngine:
         check_model(mc, "paged" if use_paged else "hf")  # refuse by name what we cannot serve
         self.max_model_len = loader.resolve_max_model_len(cfg, mc)
         num_blocks = loader.num_kv_blocks(cfg, mc, self.dtype, self.device, self.max_model_len)
-        self.pool = BlockPool(num_blocks, cfg.block_size_tokens)
-        self.ledger = KVLedger(self.pool, cfg.kv_mode, cfg.on_demand_free_fraction)
+        self.pool = loader.make_block_pool(cfg, mc, num_blocks)
+        self.ledger = KVLedger(
+            self.pool, cfg.kv_mode, cfg.on_demand_free_fraction, cfg.max_num_batched_tokens
+        )
         self.scheduler = Scheduler(cfg, self.ledger)
         self.eos_token_ids = loader.eos_token_ids(model, tokenizer)
         self.vocab_size = mc.get_text_config().vocab_size
-        self.kv_cache: torch.Tensor | None = None
+        self.kv_cache = None  # tensor, or GroupedKVCache (serving/engine/kv_cache.py)
         self.runner: Runner
         if use_paged:
-            self.kv_cache = loader.allocate_kv_cache(
-                mc, self.dtype, self.device, num_blocks, cfg.block_size_tokens
-            )
+            self.kv_cache = loader.allocate_kv_cache(mc, self.dtype, self.device, self.pool)
             self.runner = PagedRunner(model, self.kv_cache, self.pool)
         else:
             self.runner = HFRunner(model, self.device)
@@ -148,7 +144,7 @@ class LLMEngine:
             max_total_tokens=self.max_model_len,
             generator=make_generator(params, self.device),
         )
-        need = blocks_for_tokens(seq.max_len_tokens, self.pool.block_size_tokens)
+        need = self.ledger.reservation_for(seq)  # the most it holds at once, windows applied
         if need > self.pool.num_blocks:
             raise ValueError(
                 f"request needs {need} KV blocks ({seq.max_len_tokens} tokens) but the whole KV "

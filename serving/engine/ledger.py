@@ -5,13 +5,17 @@ reserve:   admission reserves blocks for prompt + max_tokens; sum of reservation
            every sequence grows only inside its reservation, so growth cannot fail (zero OOM).
 on_demand: admission needs blocks for the first chunk plus a small free margin; growth may be
            refused, and the scheduler then preempts by recompute.
+
+Sliding windows: before a sequence grows, the blocks its window has left are freed
+(BlockPool.trim), so it holds at most capacity.memory.seq_blocks(...) blocks while it runs chunks
+of up to `chunk_tokens`; reserve mode reserves exactly that, so growth still cannot fail.
 """
 
 from __future__ import annotations
 
 import math
 
-from capacity.memory import blocks_for_tokens
+from capacity.memory import seq_blocks
 from serving.engine.kv_blocks import BlockPool, Refused
 from serving.engine.sequence import Sequence
 
@@ -29,19 +33,28 @@ def concurrency_limit(
 
 
 class KVLedger:
-    def __init__(self, pool: BlockPool, mode: str, on_demand_free_fraction: float = 0.0) -> None:
+    def __init__(
+        self,
+        pool: BlockPool,
+        mode: str,
+        on_demand_free_fraction: float = 0.0,
+        chunk_tokens: int = 1,
+    ) -> None:
         self.pool = pool
         self.mode = mode
+        self.chunk_tokens = chunk_tokens  # the largest chunk a step runs (max_num_batched_tokens)
         self._reserved: dict[str, int] = {}
         self.num_reserved_blocks = 0
         self._free_margin = math.ceil(on_demand_free_fraction * pool.num_blocks)
 
-    def _blocks(self, num_tokens: int) -> int:
-        return blocks_for_tokens(num_tokens, self.pool.block_size_tokens)
+    def blocks_for(self, num_tokens: int) -> int:
+        """Most blocks a sequence of `num_tokens` holds at once (all paging groups)."""
+        pool = self.pool
+        return seq_blocks(pool.group_windows, num_tokens, pool.block_size_tokens, self.chunk_tokens)
 
     def reservation_for(self, seq: Sequence) -> int:
         """Blocks that cover the longest this sequence can become."""
-        return self._blocks(seq.max_len_tokens)
+        return self.blocks_for(seq.max_len_tokens)
 
     @property
     def use_fraction(self) -> float:
@@ -66,6 +79,8 @@ class KVLedger:
             self.num_reserved_blocks += need
 
     def grow(self, seq: Sequence, num_tokens: int) -> list[int] | Refused:
+        """Free what the windows have left behind, then grow to `num_tokens` (all or nothing)."""
+        self.pool.trim(seq.request_id, seq.num_computed_tokens)
         return self.pool.grow(seq.request_id, num_tokens)
 
     def release(self, seq: Sequence) -> None:
@@ -77,8 +92,9 @@ class KVLedger:
         self.pool.check_integrity()
         assert self.num_reserved_blocks == sum(self._reserved.values()), "reservation drift"
         assert self.num_reserved_blocks <= self.pool.num_blocks, "over-reserved"
-        for seq_id, table in self.pool.tables().items():
+        for seq_id in self.pool.tables():
+            held = self.pool.num_live_blocks(seq_id)
             if self.mode == "reserve":
-                assert len(table) <= self._reserved.get(seq_id, 0), (
-                    f"{seq_id} holds {len(table)} blocks beyond its reservation"
+                assert held <= self._reserved.get(seq_id, 0), (
+                    f"{seq_id} holds {held} blocks beyond its reservation"
                 )

@@ -8,7 +8,9 @@ import os
 import torch
 
 from capacity import memory
+from serving.engine import kv_cache
 from serving.engine.config import EngineConfig
+from serving.engine.kv_blocks import BlockPool
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +91,9 @@ def num_kv_blocks(
         free_bytes, _ = torch.cuda.mem_get_info(device)
         budget = int(free_bytes * cfg.kv_cache_memory_fraction)
     else:
-        wanted = cfg.max_num_seqs * memory.blocks_for_tokens(max_model_len, bs) * per_block
-        budget = min(wanted, cfg.cpu_kv_cache_max_bytes)
+        windows = memory.paging_layout(model_config).group_windows
+        per_seq = memory.seq_blocks(windows, max_model_len, bs, cfg.max_num_batched_tokens)
+        budget = min(cfg.max_num_seqs * per_seq * per_block, cfg.cpu_kv_cache_max_bytes)
     blocks = memory.num_blocks_in_budget(budget, model_config, dtype, bs)
     if blocks < 1:
         raise ValueError(
@@ -100,22 +103,18 @@ def num_kv_blocks(
     return blocks
 
 
-def allocate_kv_cache(model_config, dtype, device, num_blocks: int, block_size: int):
-    """[layers, 2 (K, V), kv_heads, blocks, block_size, head_dim]: num_blocks x block_bytes bytes.
+def make_block_pool(cfg: EngineConfig, model_config, num_blocks: int) -> BlockPool:
+    """The pool, with one paging group per window (capacity.memory.paging_layout)."""
+    windows = memory.paging_layout(model_config).group_windows
+    return BlockPool(num_blocks, cfg.block_size_tokens, windows)
 
-    The layout is explained in serving/engine/attention.py.
+
+def allocate_kv_cache(model_config, dtype, device, pool: BlockPool):
+    """The cache tensor (or its grouped view): pool.num_blocks x block_bytes, + the NULL block.
+
+    The layout is explained in serving/engine/kv_cache.py and serving/engine/attention.py.
     """
-    shape = memory.KVShape.from_config(model_config)
-    return torch.zeros(
-        shape.num_layers,
-        2,
-        shape.num_kv_heads,
-        num_blocks,
-        block_size,
-        shape.head_dim,
-        dtype=dtype,
-        device=device,
-    )
+    return kv_cache.allocate(model_config, dtype, device, pool)
 
 
 def eos_token_ids(model, tokenizer) -> frozenset[int]:

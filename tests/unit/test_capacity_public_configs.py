@@ -90,7 +90,9 @@ def test_sliding_window_kv_is_bounded_by_the_window():
     layout = memory.paging_layout(gemma)
     assert layout.group_windows == (None, 4096) and layout.layers_per_group == 21
     assert memory.block_bytes(gemma, "bf16", 16) == 21 * 8192 * 16
-    assert memory.seq_blocks(layout, 8192, 16) == 512 + 257  # full group + window bound
+    assert (
+        memory.seq_blocks(layout.group_windows, 8192, 16) == 512 + 257
+    )  # full group + window bound
 
 
 def test_moe_plans_memory_on_total_and_compute_on_active():

@@ -15,16 +15,25 @@ import random
 import pytest
 import torch
 
+from capacity import memory
 from serving.engine import EngineConfig, LLMEngine, SamplingParams
 from serving.engine import attention as attention_mod
 from serving.engine.features import UnsupportedModelError, check_model
 from serving.tiny_models import TINY_ARCHS, tiny_model
 
 NUM_PROMPTS = 6
+MAX_LEN = 212  # the longest prompt + MAX_TOKENS
 MAX_TOKENS = 12
-# (kv_mode, num_kv_blocks of 8 tokens): roomy reserve; on_demand that must preempt.
-KV_MODES = [("reserve", 160), ("on_demand", 48)]
+BLOCK, CHUNK = 8, 64
 WINDOWED = {"qwen2-sliding", "mistral", "phi3", "gemma2", "mixtral"}
+
+
+def kv_blocks_for(model, kv_mode: str) -> int:
+    """Roomy for reserve; for on_demand 1.5 longest sequences' worth (windows applied, so
+    Mistral's is smaller than Llama's), which six running sequences overflow: preemption."""
+    windows = memory.paging_layout(model.config).group_windows
+    per_seq = memory.seq_blocks(windows, MAX_LEN, BLOCK, CHUNK)
+    return 160 if kv_mode == "reserve" else per_seq * 3 // 2
 
 
 def prompts_longer_than_windows(seed: int) -> list[list[int]]:
@@ -45,13 +54,13 @@ def greedy_refs(model, prompts) -> list[list[int]]:
     return refs
 
 
-def engine_outputs(model, prompts, kv_mode: str, num_kv_blocks: int):
+def engine_outputs(model, prompts, kv_mode: str):
     impl = model.config._attn_implementation
     config = EngineConfig(
         kv_mode=kv_mode,
-        num_kv_blocks=num_kv_blocks,
-        block_size_tokens=8,
-        max_num_batched_tokens=64,  # long prompts prefill in chunks that cross the window
+        num_kv_blocks=kv_blocks_for(model, kv_mode),
+        block_size_tokens=BLOCK,
+        max_num_batched_tokens=CHUNK,  # long prompts prefill in chunks that cross the window
         max_num_seqs=NUM_PROMPTS,
         min_num_seqs=2,
         runner="paged",
@@ -73,14 +82,14 @@ def arch_case(arch: str):
     return model, prompts, greedy_refs(model, prompts)
 
 
-@pytest.mark.parametrize(("kv_mode", "num_kv_blocks"), KV_MODES)
+@pytest.mark.parametrize("kv_mode", ["reserve", "on_demand"])
 @pytest.mark.parametrize("arch", sorted(TINY_ARCHS))
-def test_greedy_equals_generate_for_every_architecture(arch, kv_mode, num_kv_blocks):
+def test_greedy_equals_generate_for_every_architecture(arch, kv_mode):
     model, prompts, refs = arch_case(arch)
     window = getattr(model.config, "sliding_window", None)
     if arch in WINDOWED:
         assert window is not None and min(len(p) for p in prompts) > window
-    outs, stats = engine_outputs(model, prompts, kv_mode, num_kv_blocks)
+    outs, stats = engine_outputs(model, prompts, kv_mode)
     mismatched = [i for i, (o, r) in enumerate(zip(outs, refs, strict=True)) if o != r]
     assert not mismatched, f"{arch}/{kv_mode}: prompts {mismatched} differ from generate()"
     assert stats.num_finished == NUM_PROMPTS
@@ -93,7 +102,8 @@ def test_greedy_equals_generate_for_every_architecture(arch, kv_mode, num_kv_blo
     ("arch", "dropped"), [(a, "window") for a in sorted(WINDOWED)] + [("gemma2", "softcap")]
 )
 def test_dropping_the_window_or_softcap_would_answer_wrongly(arch, dropped, monkeypatch):
-    """The control: attention that ignores sliding_window (or softcap) differs from generate()."""
+    """The control: attention that ignores sliding_window (or softcap), as the engine once did
+    (every block kept, nothing checked), differs from generate()."""
     model, prompts, refs = arch_case(arch)
     real_spec = attention_mod._spec
 
@@ -103,9 +113,26 @@ def test_dropping_the_window_or_softcap_would_answer_wrongly(arch, dropped, monk
             return attention_mod._Spec(spec.scale, None, spec.softcap)
         return attention_mod._Spec(spec.scale, spec.window, None)
 
+    def keep_every_block(config):
+        shape = config if isinstance(config, memory.KVShape) else memory.KVShape.from_config(config)
+        num_layers = shape.num_layers
+        return memory.PagingLayout((None,), num_layers, (0,) * num_layers, tuple(range(num_layers)))
+
     monkeypatch.setattr(attention_mod, "_spec", ignoring)
-    outs, _ = engine_outputs(model, prompts, "reserve", 160)
+    monkeypatch.setattr(memory, "paging_layout", keep_every_block)
+    monkeypatch.setattr(attention_mod, "_check_window", lambda *a: None)
+    outs, _ = engine_outputs(model, prompts, "reserve")
     assert outs != refs, f"{arch}: prompts do not exercise the {dropped}"
+
+
+def test_a_layer_cannot_attend_wider_than_its_freed_window(monkeypatch):
+    model, prompts, _ = arch_case("mistral")
+    real_spec = attention_mod._spec
+    monkeypatch.setattr(
+        attention_mod, "_spec", lambda *a: attention_mod._Spec(real_spec(*a).scale, None, None)
+    )
+    with pytest.raises(RuntimeError, match=r"layer 0 attends with sliding_window=None.*24-token"):
+        engine_outputs(model, prompts[:1], "reserve")
 
 
 # --- refused architectures and features --------------------------------------------------------
@@ -204,3 +231,38 @@ def test_attention_refuses_keywords_it_does_not_implement(kwargs, named):
 def test_attention_passes_through_plumbing_keywords():
     out, _ = _call_attention(position_ids=torch.tensor([[0]]), use_cache=False, s_aux=None)
     assert out.shape == (1, 1, 4, 16)
+
+
+# --- sliding-window layers keep only the blocks inside their window ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arch", "has_full_group", "window_blocks"),
+    [
+        ("mistral", False, 12),  # one group, window 24: (24 + 64 - 2) // 8 + 2 blocks at most
+        ("gemma2", True, 11),  # full group keeps all; sliding group (window 16): 11 at most
+    ],
+)
+def test_sliding_layers_hold_only_their_window(arch, has_full_group, window_blocks):
+    model = tiny_model(arch, seed=2)
+    prompt = (prompts_longer_than_windows(seed=9)[0] * 3)[:376]  # far past every window
+    (ref,) = greedy_refs(model, [prompt])
+    full = -(-(len(prompt) + MAX_TOKENS) // BLOCK)  # 49 blocks: what one layer group holds
+    expected = window_blocks + (full if has_full_group else 0)
+    impl = model.config._attn_implementation
+    config = EngineConfig(
+        num_kv_blocks=200, block_size_tokens=BLOCK, max_num_batched_tokens=CHUNK, runner="paged"
+    )
+    engine = LLMEngine(model, config=config)
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0)
+    seq = engine.make_sequence(prompt, params, "interactive", None, None)
+    assert engine.ledger.reservation_for(seq) == expected  # what reserve mode books
+    engine.submit(seq)
+    peak = 0
+    while engine.has_unfinished():
+        engine.step()
+        engine.check_integrity()
+        peak = max(peak, engine.pool.num_used_blocks)
+    model.set_attn_implementation(impl)
+    assert seq.output_token_ids == ref
+    assert peak <= expected < full * engine.pool.num_groups  # without freeing: every group, all

@@ -198,7 +198,9 @@ def test_plan_uses_the_one_memory_formula(config, dtype, kv_per_token):
     layout = memory.paging_layout(model_view(config))
     assert layout.group_windows == ((4096,) if config is MISTRAL_7B else (None,))
     assert p.max_concurrency_avg == memory.max_concurrency(s.num_blocks, 720, 16)
-    assert p.max_concurrency_max_len == memory.max_concurrency(s.num_blocks, 8192, 16, layout)
+    assert p.max_concurrency_max_len == memory.max_concurrency(
+        s.num_blocks, 8192, 16, layout.group_windows
+    )
 
 
 @pytest.mark.parametrize("gpu", ["H200", "H100-SXM", "A100-80GB", "L40S"])
