@@ -8,6 +8,7 @@ degree on the same GPU, and the smallest catalogue GPU, on which it would fit.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from capacity import memory
@@ -70,19 +71,27 @@ def smallest_fixes(inputs: FitInputs, gpu: GpuSpec) -> list[str]:
     return fixes
 
 
+def min_device_bytes(inputs: FitInputs) -> int:
+    """The smallest device that holds weights, reserve and one sequence at this utilization."""
+    need = inputs.weight_bytes + inputs.one_seq_kv_bytes
+    if inputs.reserve_bytes is not None:
+        return math.ceil((need + inputs.reserve_bytes) / inputs.utilization)
+    # default reserve = 2 GiB + 5 % of the device: d x u >= need + 2 GiB + 0.05 d
+    return math.ceil((need + 2 * memory.GIB) / (inputs.utilization - 0.05))
+
+
 def check_fits(inputs: FitInputs, device: str, device_bytes: int, gpu: GpuSpec | None) -> None:
-    """Raise DoesNotFit with the GiB message (and fixes when `gpu` is a catalogue GPU)."""
+    """Raise DoesNotFit with the GiB message, what would fit, and what else to try."""
     message = _message(inputs, device, device_bytes)
     if message is None:
         return
     usable = int(device_bytes * inputs.utilization)
-    weights_fit = inputs.weight_bytes + _reserve(inputs, device_bytes) < usable
     fixes = smallest_fixes(inputs, gpu) if gpu is not None else []
-    if weights_fit and inputs.longest_fitting_len:
+    if inputs.weight_bytes + _reserve(inputs, device_bytes) < usable and inputs.longest_fitting_len:
         fixes.insert(0, f"a max_model_len of at most {inputs.longest_fitting_len}")
-    fixes.append("a smaller dtype or a quantised checkpoint")
+    smallest = min_device_bytes(inputs) / memory.GIB
+    fits = f" It would fit with {'; or '.join(fixes)}." if fixes else ""
     raise DoesNotFit(
-        f"{message} (one {inputs.max_model_len}-token sequence). It would fit with "
-        + "; or ".join(fixes)
-        + "."
+        f"{message} (one {inputs.max_model_len}-token sequence).{fits} A single device needs at "
+        f"least {smallest:.1f} GiB; a smaller dtype or a quantised checkpoint needs less."
     )

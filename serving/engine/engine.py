@@ -8,6 +8,7 @@ thread while the event loop keeps accepting requests, and the scheduler is touch
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -98,6 +99,8 @@ class LLMEngine:
         cfg = config or EngineConfig()
         device = loader.resolve_device(cfg.device)
         dtype = loader.resolve_dtype(cfg.dtype, device)
+        if isinstance(path_or_model, str | os.PathLike):  # refuse before reading weights
+            loader.preflight(path_or_model, cfg, dtype, device, trust_remote_code)
         model = loader.load_model(path_or_model, dtype, device, trust_remote_code)
         tok = loader.load_tokenizer(path_or_model, tokenizer, trust_remote_code)
         return cls(model, tok, cfg, **kw)

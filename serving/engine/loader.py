@@ -65,6 +65,45 @@ def load_tokenizer(path_or_model, tokenizer, trust_remote_code: bool = False):
         return None
 
 
+def device_memory_bytes(device: torch.device) -> int:
+    """What the device holds in all: the GPU's memory, or this machine's RAM on CPU."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[1]
+    import psutil
+
+    return psutil.virtual_memory().total
+
+
+def preflight(path, cfg: EngineConfig, dtype: torch.dtype, device: torch.device, trust: bool):
+    """Before a weight is read: refuse by name a model whose features the engine cannot serve
+    (serving/engine/features.py), and, in GiB, one that cannot fit this device with its reserve
+    and one max_model_len sequence of KV (capacity/fit.py, the planner's own check)."""
+    from transformers import AutoConfig
+
+    from capacity.fit import FitInputs, check_fits
+    from capacity.params import count_params, quantization_config
+    from serving.engine.features import check_model, model_name
+
+    config = AutoConfig.from_pretrained(str(path), trust_remote_code=trust)
+    check_model(config, "hf")  # the architecture is checked once the model class is known
+    params = count_params(config)
+    weights = memory.weight_bytes(params, dtype, quantization_config(config))
+    max_len = resolve_max_model_len(cfg, config)
+    bs = cfg.block_size_tokens
+    windows = memory.paging_layout(config).group_windows
+    one_seq = memory.seq_blocks(windows, max_len, bs, cfg.max_num_batched_tokens)
+    dtype_name = str(dtype).removeprefix("torch.")
+    fit = FitInputs(
+        what=f"model {model_name(config)} ({params.total / 1e9:.2f} B parameters, {dtype_name})",
+        weight_bytes=weights,
+        one_seq_kv_bytes=one_seq * memory.block_bytes(config, dtype, bs),
+        max_model_len=max_len,
+        utilization=1.0,
+    )
+    where = f"this {'GPU' if device.type == 'cuda' else 'machine'} ({device})"
+    check_fits(fit, where, device_memory_bytes(device), gpu=None)
+
+
 def resolve_max_model_len(cfg: EngineConfig, model_config) -> int:
     limit = getattr(model_config, "max_position_embeddings", None) or DEFAULT_MAX_MODEL_LEN
     if cfg.max_model_len is None:

@@ -184,3 +184,25 @@ def test_the_same_model_fits_where_the_message_says():
     assert fits.max_concurrency_max_len >= 1
     with pytest.raises(DoesNotFit):
         plan(PlanInputs(mixtral, "H100-80GB", 600, 120, 32768, 20.0))
+
+
+def test_a_replica_refuses_at_start_up_before_reading_weights(tmp_path, monkeypatch):
+    """Only config.json is there: a refusal that came after loading would fail on the weights."""
+    from serving.engine import loader
+    from serving.llm.replica import ModelReplica
+
+    model_dir = tmp_path / "mixtral-8x7b"
+    model_dir.mkdir()
+    shutil.copy(CONFIGS / "mixtral-8x7b" / "config.json", model_dir)
+    monkeypatch.setattr(loader, "device_memory_bytes", lambda device: 80 * GIB)  # an H100
+    args = {"model": {"source": str(model_dir)}, "engine": {"device": "cpu", "dtype": "bfloat16"}}
+    with pytest.raises(DoesNotFit) as err:
+        ModelReplica(args, "hot")
+    message = str(err.value)
+    for needle in (
+        "46.70 B parameters, bfloat16) does not fit on this machine (cpu)",
+        "100% of 80.00 GiB",
+        "weights 86.99 GiB + reserve 6.00 GiB leave -12.99 GiB for the KV cache",
+        "A single device needs at least",
+    ):
+        assert needle in message, message

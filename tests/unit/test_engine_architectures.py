@@ -266,3 +266,14 @@ def test_sliding_layers_hold_only_their_window(arch, has_full_group, window_bloc
     model.set_attn_implementation(impl)
     assert seq.output_token_ids == ref
     assert peak <= expected < full * engine.pool.num_groups  # without freeing: every group, all
+
+
+def test_from_pretrained_refuses_features_before_reading_weights(tmp_path):
+    """A model directory with only config.json: the refusal comes before any weight is read."""
+    import shutil
+    from pathlib import Path
+
+    configs = Path(__file__).resolve().parents[1] / "data" / "model_configs"
+    shutil.copy(configs / "deepseek-v2-lite" / "config.json", tmp_path)
+    with pytest.raises(UnsupportedModelError, match=r"deepseek_v2 .*latent attention \(MLA\)"):
+        LLMEngine.from_pretrained(str(tmp_path), EngineConfig(device="cpu"))
