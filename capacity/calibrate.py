@@ -221,6 +221,46 @@ def _run_batch(engine, batch: int, ctx: int, decode_steps: int, rng) -> None:
         engine.step()
 
 
+def _open_engine(model, cfg):
+    """(engine, temporary dir to clean up or None) for a model dir, "tiny" or a factory."""
+    from serving.engine import LLMEngine
+
+    if callable(model):
+        return model(cfg), None
+    tmp, path = None, model
+    if str(model) == "tiny":
+        tmp = tempfile.TemporaryDirectory(prefix="tideserve-calib-")
+        path = make_tiny_model_dir(tmp.name)
+    return LLMEngine.from_pretrained(str(path), cfg), tmp
+
+
+def _measure_grid(engine, grid: dict[str, Any], verbose: bool):
+    """Every (context, batch) cell of the grid, `repeats` times: step points and jitter."""
+    recorder = StepRecorder(engine)
+    rng = np.random.default_rng(0)
+    batch_sizes, context_lens = grid["batch_sizes"], grid["context_lens"]
+    _log(f"calibrate: device={engine.device} dtype={engine.dtype} warming up", verbose)
+    _run_batch(engine, min(4, max(batch_sizes)), min(context_lens), 4, rng)  # not fitted
+    points: list[StepPoint] = []
+    noise: list[tuple[float, float]] = []
+    t0 = time.perf_counter()
+    for _ in range(grid["repeats"]):
+        for ctx in context_lens:
+            for b in batch_sizes:
+                n_log, n_kv = len(engine.step_log), len(recorder.kv_reads)
+                _run_batch(engine, b, ctx, grid["decode_steps"], rng)
+                new = recorder.points(n_log, n_kv)
+                points.extend(new)
+                noise += cell_noise([p.step_s for p in new if p.num_tokens == b])
+                med = float(np.median([p.step_s for p in new])) if new else math.nan
+                _log(
+                    f"calibrate: batch={b:3d} ctx={ctx:4d} steps={len(new):3d} "
+                    f"median step={med * 1e3:7.2f} ms  ({time.perf_counter() - t0:.1f}s)",
+                    verbose,
+                )
+    return points, noise
+
+
 def calibrate(
     model: str | Path | Callable[..., Any] = "tiny",
     batch_sizes: Sequence[int] = (1, 4, 16, 32),
@@ -240,57 +280,27 @@ def calibrate(
     """
     import torch
 
-    from serving.engine import LLMEngine
-
     if num_threads is not None:
         torch.set_num_threads(num_threads)
-    max_batch = max(batch_sizes)
-    max_len = max(context_lens) + decode_steps + 2
-    cfg = engine_config(max_batch, max_len, **engine_kw)
-    tmp = None
-    if callable(model):
-        engine = model(cfg)
-    else:
-        path = model
-        if str(model) == "tiny":
-            tmp = tempfile.TemporaryDirectory(prefix="tideserve-calib-")
-            path = make_tiny_model_dir(tmp.name)
-        engine = LLMEngine.from_pretrained(str(path), cfg)
+    cfg = engine_config(max(batch_sizes), max(context_lens) + decode_steps + 2, **engine_kw)
+    grid = dict(
+        batch_sizes=list(batch_sizes),
+        context_lens=list(context_lens),
+        decode_steps=decode_steps,
+        repeats=repeats,
+    )
+    engine, tmp = _open_engine(model, cfg)
     try:
-        recorder = StepRecorder(engine)
-        rng = np.random.default_rng(0)
-        _log(f"calibrate: device={engine.device} dtype={engine.dtype} warming up", verbose)
-        _run_batch(engine, min(4, max_batch), min(context_lens), 4, rng)  # warm-up, not fitted
-        points: list[StepPoint] = []
-        noise: list[tuple[float, float]] = []
-        t0 = time.perf_counter()
-        for _ in range(repeats):
-            for ctx in context_lens:
-                for b in batch_sizes:
-                    n_log, n_kv = len(engine.step_log), len(recorder.kv_reads)
-                    _run_batch(engine, b, ctx, decode_steps, rng)
-                    new = recorder.points(n_log, n_kv)
-                    points.extend(new)
-                    noise += cell_noise([p.step_s for p in new if p.num_tokens == b])
-                    med = float(np.median([p.step_s for p in new])) if new else math.nan
-                    _log(
-                        f"calibrate: batch={b:3d} ctx={ctx:4d} steps={len(new):3d} "
-                        f"median step={med * 1e3:7.2f} ms  ({time.perf_counter() - t0:.1f}s)",
-                        verbose,
-                    )
-        fit = fit_step_model(points)
+        points, noise = _measure_grid(engine, grid, verbose)
         return Profile(
             device=device_description(engine.device),
             dtype=str(engine.dtype).removeprefix("torch."),
             model=model_summary(engine.model.config),
-            fit=fit,
+            fit=fit_step_model(points),
             points=tuple(points),
             noise_samples=tuple(noise),
             settings=dict(
-                batch_sizes=list(batch_sizes),
-                context_lens=list(context_lens),
-                decode_steps=decode_steps,
-                repeats=repeats,
+                **grid,
                 num_threads=torch.get_num_threads(),
                 block_size_tokens=cfg.block_size_tokens,
                 max_num_batched_tokens=cfg.max_num_batched_tokens,

@@ -32,6 +32,7 @@ class Plan:
     hot_replicas: int
     cold_max_replicas: int
     kv_bytes_avg_seq: int = 0  # KV of one average sequence, window-bounded on sliding layers
+    group_windows: tuple[int | None, ...] = (None,)  # paging groups (capacity.memory)
     warnings: tuple[str, ...] = field(default=())
 
     @property

@@ -281,6 +281,7 @@ def plan(inputs: PlanInputs) -> Plan:
         hot_replicas=hot,
         cold_max_replicas=cold,
         kv_bytes_avg_seq=memory.seq_kv_bytes(cfg, inputs.dtype, avg_len),
+        group_windows=windows,
         warnings=_warnings(inputs, params, prefill_s),
     )
 

@@ -22,12 +22,17 @@ _MIN_SEQ = 128
 
 
 def concurrency_curve(
-    num_blocks: int, block_size_tokens: int, max_model_len: int, points: int = 200
+    num_blocks: int,
+    block_size_tokens: int,
+    max_model_len: int,
+    points: int = 200,
+    group_windows: tuple[int | None, ...] = (None,),
 ) -> tuple[list[int], list[int]]:
     """(sequence lengths, max concurrency at each) from 128 (or less) up to max_model_len.
 
     Lengths are log-spaced (both ends included); the curve is a staircase, drawn with
-    `where="post"`, so `points` samples are enough to show its shape.
+    `where="post"`, so `points` samples are enough to show its shape. Sliding-window groups
+    hold at most their window (capacity.memory.seq_blocks), so the curve flattens past it.
     """
     lo = min(_MIN_SEQ, max_model_len)
     hi = max_model_len
@@ -36,18 +41,15 @@ def concurrency_curve(
     else:
         ratio = (hi / lo) ** (1 / (points - 1))
         lengths = sorted({min(hi, max(lo, round(lo * ratio**k))) for k in range(points)} | {hi})
-    conc = [memory.max_concurrency(num_blocks, n, block_size_tokens) for n in lengths]
+    conc = [
+        memory.max_concurrency(num_blocks, n, block_size_tokens, group_windows) for n in lengths
+    ]
     return lengths, conc
 
 
-def plot_plan(plan_inputs: PlanInputs, plan: Plan, path: str | os.PathLike) -> str:
-    """Write the plan's memory split and concurrency curve to a PNG at `path`; returns the path."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    from matplotlib.figure import Figure
-
-    i, s = plan_inputs, plan.split
+def _memory_bar(ax, plan: Plan) -> None:
+    """The device-memory split as one stacked bar, GiB."""
+    i, s = plan.inputs, plan.split
     used = s.weight_bytes + s.reserve_bytes + s.kv_region_bytes
     parts = [
         ("weights", s.weight_bytes, "#4c72b0"),
@@ -55,31 +57,33 @@ def plot_plan(plan_inputs: PlanInputs, plan: Plan, path: str | os.PathLike) -> s
         ("KV region", s.kv_region_bytes, "#55a868"),
         ("free", max(0, s.device_bytes - used), "#c8c8c8"),
     ]
-
-    fig = Figure(figsize=(11, 4.5), dpi=110)
-    ax_mem, ax_conc = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 2.2]})
-
     bottom = 0.0
     for label, nbytes, color in parts:
         gib = nbytes / _GIB
         text = f"{label} {gib:.1f} GiB"
-        ax_mem.bar([0], [gib], bottom=bottom, color=color, width=0.6, label=text)
+        ax.bar([0], [gib], bottom=bottom, color=color, width=0.6, label=text)
         if gib > 0.04 * s.device_bytes / _GIB:
-            ax_mem.text(0, bottom + gib / 2, f"{label}\n{gib:.1f} GiB", ha="center", va="center")
+            ax.text(0, bottom + gib / 2, f"{label}\n{gib:.1f} GiB", ha="center", va="center")
         bottom += gib
-    ax_mem.set_xticks([0], [i.spec.name])
-    ax_mem.set_xlim(-0.6, 0.6)
-    ax_mem.set_ylim(0, s.device_bytes / _GIB * 1.02)
-    ax_mem.set_ylabel("GiB")
-    ax_mem.set_title(f"Memory split ({plan.memory_watermark:.0%} used, {i.dtype})")
-    ax_mem.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08), fontsize=8, ncol=2)
+    ax.set_xticks([0], [i.spec.name])
+    ax.set_xlim(-0.6, 0.6)
+    ax.set_ylim(0, s.device_bytes / _GIB * 1.02)
+    ax.set_ylabel("GiB")
+    ax.set_title(f"Memory split ({plan.memory_watermark:.0%} used, {i.dtype})")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08), fontsize=8, ncol=2)
 
-    lengths, conc = concurrency_curve(s.num_blocks, s.block_size_tokens, i.max_model_len)
-    ax_conc.step(lengths, conc, where="post", color="#4c72b0", label="max concurrency")
-    ax_conc.set_xscale("log")
-    ax_conc.set_xlabel("sequence length (tokens, prompt + completion)")
-    ax_conc.set_ylabel("sequences that fit in the KV region")
-    ax_conc.set_title(
+
+def _concurrency_panel(ax, plan: Plan) -> None:
+    """Max concurrency against sequence length (log-x), the average and max lengths marked."""
+    i, s = plan.inputs, plan.split
+    lengths, conc = concurrency_curve(
+        s.num_blocks, s.block_size_tokens, i.max_model_len, group_windows=plan.group_windows
+    )
+    ax.step(lengths, conc, where="post", color="#4c72b0", label="max concurrency")
+    ax.set_xscale("log")
+    ax.set_xlabel("sequence length (tokens, prompt + completion)")
+    ax.set_ylabel("sequences that fit in the KV region")
+    ax.set_title(
         f"Max concurrency: {s.num_blocks:,} blocks x {s.block_size_tokens} tokens "
         f"({s.kv_region_bytes / _GIB:.1f} GiB)"
     )
@@ -94,12 +98,25 @@ def plot_plan(plan_inputs: PlanInputs, plan: Plan, path: str | os.PathLike) -> s
         ),
     ]
     for x, y, label, color in marks:
-        ax_conc.axvline(x, color=color, linestyle="--", linewidth=1)
-        ax_conc.plot([x], [y], "o", color=color, label=label)
-    ax_conc.set_ylim(bottom=0)
-    ax_conc.grid(True, which="both", alpha=0.3)
-    ax_conc.legend(fontsize=8)
+        ax.axvline(x, color=color, linestyle="--", linewidth=1)
+        ax.plot([x], [y], "o", color=color, label=label)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
 
+
+def plot_plan(plan_inputs: PlanInputs, plan: Plan, path: str | os.PathLike) -> str:
+    """Write the plan's memory split and concurrency curve to a PNG at `path`; returns the path."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    from matplotlib.figure import Figure
+
+    i = plan_inputs
+    fig = Figure(figsize=(11, 4.5), dpi=110)
+    ax_mem, ax_conc = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 2.2]})
+    _memory_bar(ax_mem, plan)
+    _concurrency_panel(ax_conc, plan)
     fig.suptitle(
         f"{plan.num_params / 1e9:.2f} B params on {i.spec.name}: {plan.replicas_at_peak} replicas "
         f"at {i.peak_qps:g} QPS ({plan.hot_replicas} hot + {plan.cold_max_replicas} cold max)"
