@@ -35,6 +35,7 @@ PUBLISHED = {
     "deepseek-v2-lite": (15.7e9, 2.4e9, 27 * (512 + 64) * 2),  # 31,104
     "gemma-2-9b": (9.24e9, None, 42 * 8 * 256 * 2 * 2),  # 344,064
     "phi-3-mini": (3.8e9, None, 32 * 32 * 96 * 2 * 2),  # 393,216
+    "mistral-7b-v0.1": (7.24e9, None, 32 * 8 * 128 * 2 * 2),  # 131,072, window 4096
 }
 
 
@@ -206,3 +207,13 @@ def test_a_replica_refuses_at_start_up_before_reading_weights(tmp_path, monkeypa
         "A single device needs at least",
     ):
         assert needle in message, message
+
+
+def test_the_committed_sliding_window_figures_are_what_the_formula_derives():
+    """docs quote benchmarks/results/sliding_window_kv.json; its derived half must stay true."""
+    from benchmarks.sliding_window_kv import PUBLIC, derived
+
+    committed = json.loads((REPO / "benchmarks/results/sliding_window_kv.json").read_text())
+    assert committed["derived"] == [derived(name) for name in PUBLIC]
+    mistral = committed["derived"][0]["per_sequence"][-1]
+    assert (mistral["tokens"], mistral["saving"]) == (32768, 1 - 257 / 2048)
