@@ -55,6 +55,7 @@ class Plan:
                 f"KV of one avg {self._avg_len()}-token sequence",
                 f"{self.kv_bytes_avg_seq / 2**20:,.1f} MiB",
             ),
+            ("KV capacity (tokens inside every window)", f"{s.kv_capacity_tokens:,} tokens"),
             (f"max concurrency @ avg {self._avg_len()} tok", f"{self.max_concurrency_avg}"),
             (
                 f"max concurrency @ max_model_len {self.inputs.max_model_len}",
