@@ -114,18 +114,51 @@ def _gather(cache: torch.Tensor, blocks: torch.Tensor, num_seqs: int) -> torch.T
     return cache.index_select(2, blocks).view(two, kv_heads, num_seqs, -1, dim)
 
 
+def _decode_window(paged: PagedMetadata, group: DecodeGroup, window: int, bs: int):
+    """(index into the group's flat blocks, mask) covering only each row's window; per step.
+
+    Row b of length n sees positions n-w .. n-1, inside blocks (n-w)//bs .. (n-1)//bs: at most
+    (w-1)//bs + 2 of them, however long the sequence, instead of all of its table."""
+    key = ("decode-window", group.start, window)
+    if key not in paged.derived:
+        rows = group.end - group.start
+        num_blocks = group.blocks.numel() // rows
+        width = min(num_blocks, (window - 1) // bs + 2)
+        lens = group.mask.sum(-1).view(rows, 1)  # [B, 1]
+        first = torch.clamp((lens - window) // bs, min=0)
+        cols = first + torch.arange(width, device=lens.device)  # [B, width] table entries
+        row0 = torch.arange(rows, device=lens.device).unsqueeze(1) * num_blocks
+        index = (row0 + cols.clamp(max=num_blocks - 1)).view(-1)
+        kpos = (first * bs + torch.arange(width * bs, device=lens.device)).view(rows, -1)
+        mask = (kpos < lens) & (kpos >= lens - window)  # a clamped duplicate lies past lens
+        paged.derived[key] = (index, mask.view(1, rows, 1, width * bs))
+    return paged.derived[key]
+
+
 def _decode(q, cache, group: DecodeGroup, spec: _Spec, paged, blocks) -> torch.Tensor:
     """q [H, T, D]; the group's rows, one query per sequence -> [B, H, D]."""
     heads, _, dim = q.shape
     b = group.end - group.start
-    kv = _gather(cache, blocks, b)  # [2, Hkv, B, L, D]
-    kv_heads = kv.shape[1]
     mask = group.mask
     if spec.window is not None:
-        mask = _windowed(paged, ("decode", group.start), mask, spec.window)
+        index, mask = _decode_window(paged, group, spec.window, cache.shape[3])
+        blocks = blocks[index]
+    kv = _gather(cache, blocks, b)  # [2, Hkv, B, L, D]
+    kv_heads = kv.shape[1]
     qg = q[:, group.start : group.end].reshape(kv_heads, heads // kv_heads, b, dim)
     out = _attend(qg.transpose(1, 2), kv[0], kv[1], mask, spec)  # [Hkv, B, group, D]
     return out.transpose(0, 1).reshape(b, heads, dim)
+
+
+def _prefill_window(paged: PagedMetadata, seg: PrefillSegment, window: int, bs: int):
+    """(first table entry, mask) of a chunk's context that its window can see; per step."""
+    key = ("prefill-window", seg.start, window)
+    if key not in paged.derived:
+        first_query = int(seg.mask[0].sum()) - 1  # the chunk's first position
+        first = max(0, first_query - window + 1) // bs
+        mask = _windowed(paged, ("prefill", seg.start), seg.mask, window)[:, first * bs :]
+        paged.derived[key] = (first, mask)
+    return paged.derived[key]
 
 
 def _prefill(q, k, v, cache, seg: PrefillSegment, spec: _Spec, paged, blocks) -> torch.Tensor:
@@ -142,10 +175,11 @@ def _prefill(q, k, v, cache, seg: PrefillSegment, spec: _Spec, paged, blocks) ->
             mask = _windowed(paged, ("prefill", seg.start), causal, spec.window)
             out = _attend(qs, ks, vs, mask, spec, gqa=True)
     else:
-        kv = _gather(cache, blocks, 1)  # [2, Hkv, 1, L, D]
         mask = seg.mask
-        if spec.window is not None:
-            mask = _windowed(paged, ("prefill", seg.start), mask, spec.window)
+        if spec.window is not None:  # skip the blocks wholly before the window
+            first, mask = _prefill_window(paged, seg, spec.window, cache.shape[3])
+            blocks = blocks[first:]
+        kv = _gather(cache, blocks, 1)  # [2, Hkv, 1, L, D]
         out = _attend(qs, kv[0].transpose(0, 1), kv[1].transpose(0, 1), mask, spec, gqa=True)
     return out[0].transpose(0, 1)
 
