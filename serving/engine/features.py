@@ -1,4 +1,4 @@
-"""Fail closed on model features (DESIGN decision 7): what the paged attention serves, by name.
+"""Fail closed on model features (decision 7, docs/design.md): what the paged attention serves.
 
 Two checks, one list of names:
   - at load, `check_model(config, runner)` reads the model's config and refuses an architecture
