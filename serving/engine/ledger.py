@@ -38,7 +38,7 @@ class KVLedger:
         pool: BlockPool,
         mode: str,
         on_demand_free_fraction: float = 0.0,
-        chunk_tokens: int = 1,
+        chunk_tokens: int = 2**31,
     ) -> None:
         self.pool = pool
         self.mode = mode

@@ -9,6 +9,8 @@ One step's order (each stage only uses the token budget the earlier ones left):
      of the slots stay free for interactive work arriving next), FIFO within a tier, while the
      concurrency window and the ledger allow.
 A tier's head that does not fit stops admission for every lower tier too: no overtaking.
+One sequence's chunk never exceeds the ledger's `chunk_tokens`, the largest chunk its
+sliding-window reservations assume, even if the step budget is raised later.
 """
 
 from __future__ import annotations
@@ -100,7 +102,7 @@ class Scheduler:
                 decodes.append(seq)
                 budget -= 1
         for seq in prefilling:
-            chunk = min(seq.num_uncomputed_tokens, budget)
+            chunk = min(seq.num_uncomputed_tokens, budget, self.ledger.chunk_tokens)
             if chunk == 0:
                 break
             if seq.status is SeqStatus.RUNNING and self._grow_or_preempt(
@@ -152,7 +154,7 @@ class Scheduler:
                 if tier is Tier.OFFLINE and self._num_offline() >= self._offline_cap(limit):
                     return budget
                 seq = queue[0]
-                chunk = min(seq.num_uncomputed_tokens, budget)
+                chunk = min(seq.num_uncomputed_tokens, budget, self.ledger.chunk_tokens)
                 if not self.ledger.can_admit(seq, chunk):
                     return budget  # the head waits; lower tiers may not overtake it
                 queue.popleft()

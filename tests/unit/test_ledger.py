@@ -71,3 +71,23 @@ def test_on_demand_admits_on_first_chunk_and_keeps_a_free_margin():
 def test_concurrency_window_slides_between_floor_and_ceiling(use, expected):
     # R8's example: concurrency sliding between 16 and 48 with the memory watermark.
     assert concurrency_limit(use, 16, 48, 0.5, 0.9) == expected
+
+
+def test_sliding_window_reservation_is_bounded_and_growth_stays_inside_it():
+    # one paging group with a 10-token window, 4-token blocks, chunks of at most 8 tokens
+    ledger = KVLedger(BlockPool(20, 4, group_windows=(10,)), "reserve", chunk_tokens=8)
+    a = seq("a", 40, 40)  # 80 tokens: 20 blocks without freeing
+    assert ledger.reservation_for(a) == (10 + 8 - 2) // 4 + 2 == 6
+    ledger.admit(a)
+    for c in range(0, 80, 8):  # prefill/decode in chunks of 8; the window frees the rest
+        assert not isinstance(ledger.grow(a, c + 8), Refused)
+        a.num_computed_tokens = c + 8
+        ledger.check_integrity()
+        assert ledger.pool.num_live_blocks("a") <= 6
+    ledger.release(a)
+    assert ledger.pool.num_used_blocks == 0 and ledger.num_reserved_blocks == 0
+
+
+def test_without_a_chunk_bound_reservations_cover_the_whole_sequence():
+    ledger = KVLedger(BlockPool(30, 4, group_windows=(10,)), "reserve")
+    assert ledger.reservation_for(seq("a", 40, 40)) == 20

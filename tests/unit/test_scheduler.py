@@ -201,3 +201,15 @@ def test_head_of_line_blocks_lower_tiers(mode):
     s.add(req("small-analytical", prompt_len=2, max_tokens=2, tier=Tier.ANALYTICAL))
     batch = step(s)
     assert "small-analytical" not in ids(batch)
+
+
+def test_a_chunk_never_exceeds_what_window_reservations_assume():
+    """The step budget may be raised at run time; one sequence's chunk stays within the chunk
+    its sliding-window reservation was sized for, so reserve-mode growth still cannot fail."""
+    config = EngineConfig(block_size_tokens=4, num_kv_blocks=64, max_num_batched_tokens=64)
+    pool = BlockPool(64, 4, group_windows=(10,))
+    s = Scheduler(config, KVLedger(pool, "reserve", chunk_tokens=8))
+    s.add(req("a", prompt_len=40, max_tokens=4))
+    chunks = [step(s).num_new_tokens[0] for _ in range(5)]
+    assert chunks == [8, 8, 8, 8, 8]
+    assert pool.num_live_blocks("a") <= s.ledger.reservation_for(s.running[0])
