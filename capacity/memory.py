@@ -175,13 +175,16 @@ class PagingLayout:
         return len(self.group_windows)
 
 
-def paging_layout(config: Any) -> PagingLayout:
-    """Layers grouped by window: gcd-sized groups so every group's page has the same bytes."""
+def paging_layout(config: Any, max_groups: int = MAX_PAGING_GROUPS) -> PagingLayout:
+    """Layers grouped by window: gcd-sized groups so every group's page has the same bytes.
+
+    More than `max_groups` groups (1: an attention backend that reads one table) pages every
+    layer together under the widest window (None if any layer is full)."""
     windows = _shape(config).windows
     kinds = sorted(set(windows), key=lambda w: (w is not None, -(w or 0)))  # full first
     counts = [windows.count(w) for w in kinds]
     size = reduce(math.gcd, counts)
-    if len(windows) // size > MAX_PAGING_GROUPS:
+    if len(windows) // size > max_groups:
         kinds, size = [None if None in kinds else max(kinds)], len(windows)
     group_windows: list[int | None] = []
     layer_group: list[int] = [0] * len(windows)
