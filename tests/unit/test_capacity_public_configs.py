@@ -94,6 +94,8 @@ def test_sliding_window_kv_is_bounded_by_the_window():
     assert (
         memory.seq_blocks(layout.group_windows, 8192, 16) == 512 + 257
     )  # full group + window bound
+    one = memory.paging_layout(gemma, max_groups=1)  # a backend that reads one table: keep all
+    assert one.group_windows == (None,) and one.layers_per_group == 42
 
 
 def test_moe_plans_memory_on_total_and_compute_on_active():
