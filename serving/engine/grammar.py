@@ -14,6 +14,10 @@ from collections.abc import Iterable
 
 from serving.engine.sampling_params import GrammarSpec
 
+# Compact JSON with OpenAI's separators. llguidance's default lets any whitespace run between
+# tokens, and a small model can then spend its whole budget on spaces and newlines.
+JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
 # A matcher never raises on a bad grammar; it enters an error state. Creating one through
 # `GrammarCompiler.matcher` checks first, so an engine never holds a broken matcher.
 
@@ -27,7 +31,7 @@ def grammar_text(spec: GrammarSpec) -> str:
     from llguidance import LLMatcher
 
     if spec.kind == "json_object":
-        return LLMatcher.grammar_from_json_schema({"type": "object"})
+        return LLMatcher.grammar_from_json_schema({"type": "object"}, overrides=JSON_STYLE)
     if spec.kind == "json_schema":
         try:
             schema = json.loads(spec.text)
@@ -36,7 +40,7 @@ def grammar_text(spec: GrammarSpec) -> str:
         if not isinstance(schema, dict | bool):
             raise GrammarError("the JSON schema must be an object (or true/false)")
         try:
-            return LLMatcher.grammar_from_json_schema(schema)
+            return LLMatcher.grammar_from_json_schema(schema, overrides=JSON_STYLE)
         except ValueError as err:
             raise GrammarError(f"the JSON schema cannot be compiled: {err}") from None
     return LLMatcher.grammar_from_lark(spec.text)
