@@ -167,7 +167,9 @@ def sample(logits: torch.Tensor, seqs: Seq[Sequence]) -> list[int]:
     Records logprobs on the sequences that asked and advances their grammars."""
     raw = logits
     logits = logits.float()
-    processed = any(s.params.penalized or s.params.logit_bias or s.matcher is not None for s in seqs)
+    processed = any(
+        s.params.penalized or s.params.logit_bias or s.matcher is not None for s in seqs
+    )
     if processed and logits.data_ptr() == raw.data_ptr():
         logits = logits.clone()  # float32 already: logprobs read the unprocessed logits
     if rows := _rows(seqs, lambda s: s.params.penalized):

@@ -160,6 +160,7 @@ class ModelReplica:
                     num_prompt_tokens=delta.num_prompt_tokens,
                     num_output_tokens=delta.num_output_tokens,
                     pool=self.pool,
+                    logprobs=tuple(delta.logprobs),
                 )
         except ValueError as err:  # the engine refused the request as it is (too long, ...)
             yield Failure(400, str(err))

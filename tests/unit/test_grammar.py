@@ -38,7 +38,7 @@ def test_json_schema_output_validates_for_every_prompt_greedy_and_sampled(engine
         for i, t in enumerate([0.0, 0.7, 1.0, 1.3] * 2)
     ]
     free = SamplingParams(max_tokens=20, temperature=1.0, seed=1)  # unconstrained rows beside
-    outs = engine.generate(prompts + prompts[:2], params + [free, free])
+    outs = engine.generate(prompts + prompts[:2], [*params, free, free])
     for out in outs[:8]:
         assert out.finish_reason == "stop", out
         jsonschema.validate(json.loads(out.text), SCHEMA)

@@ -51,7 +51,9 @@ def test_seeded_rows_repeat_whatever_else_is_in_the_batch():
     params = SamplingParams(temperature=1.0, seed=42)
 
     def run(rows: list[int]) -> list[int]:
-        seqs = [seq(params, sid=i) if i == 0 else seq(SamplingParams(temperature=1.0)) for i in rows]
+        seqs = [
+            seq(params, sid=i) if i == 0 else seq(SamplingParams(temperature=1.0)) for i in rows
+        ]
         got = []
         for _ in range(5):  # one generator per sequence, advanced step by step
             got.append(sample(logits[rows], seqs)[0])
