@@ -59,6 +59,21 @@ async def merge_streams(relays: list[AsyncIterator]) -> AsyncIterator[tuple[int,
             task.cancel()
 
 
+async def drain(relay, state: ChoiceState) -> None:
+    async for item in relay:
+        state.feed(item)
+
+
+def service_tier_echo(asked: str | None, tier: str) -> dict:
+    """OpenAI names the processing mode used in replies to requests that set service_tier."""
+    if asked is None:
+        return {}
+    if tier == "offline":
+        return {"service_tier": "flex"}
+    lane = tier == "interactive" and asked in ("priority", "scale", "fast")
+    return {"service_tier": asked if lane else "default"}
+
+
 @dataclass(slots=True)
 class Reply:
     rid: str

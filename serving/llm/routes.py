@@ -27,7 +27,7 @@ from serving.api.http import (
 from serving.llm import tools
 from serving.llm.choices import ChoiceState
 from serving.llm.ingress import Ingress
-from serving.llm.replies import Reply, merge_streams
+from serving.llm.replies import Reply, drain, merge_streams, service_tier_echo
 
 log = logging.getLogger("ray.serve")
 api = install_error_handlers(FastAPI(title="tideserve", docs_url=None, redoc_url=None))
@@ -79,7 +79,7 @@ class HttpIngress(Ingress):
             req=req,
             states=[ChoiceState(i, plan) for i in range(len(opened))],
             token_text=self.token_text,
-            extra=_service_tier_echo(req.service_tier, tier),
+            extra=service_tier_echo(req.service_tier, tier),
             echo=self._echo_text(req),
         )
         relays = [self._relay(o, req.stop) for o in opened]
@@ -87,7 +87,7 @@ class HttpIngress(Ingress):
             frames = self._stream(reply, merge_streams(relays))
             return StreamingResponse(frames, media_type="text/event-stream")
         try:
-            await asyncio.gather(*(_drain(r, s) for r, s in zip(relays, reply.states, strict=True)))
+            await asyncio.gather(*(drain(r, s) for r, s in zip(relays, reply.states, strict=True)))
         except Exception as err:  # the replica died mid-generation: a clean 503, not a bare 500
             log.warning("generation failed: %s", type(err).__name__)
             raise ApiError(
@@ -123,18 +123,3 @@ class HttpIngress(Ingress):
         if usage:
             yield sse(reply.usage_frame())
         yield sse("[DONE]")
-
-
-async def _drain(relay, state: ChoiceState) -> None:
-    async for item in relay:
-        state.feed(item)
-
-
-def _service_tier_echo(asked: str | None, tier: str) -> dict:
-    """OpenAI names the processing mode used in replies to requests that set service_tier."""
-    if asked is None:
-        return {}
-    if tier == "offline":
-        return {"service_tier": "flex"}
-    lane = tier == "interactive" and asked in ("priority", "scale", "fast")
-    return {"service_tier": asked if lane else "default"}
