@@ -113,10 +113,11 @@ def check_tool_required(engine: LLMEngine, n: int, temperature: float) -> dict:
         reqs.append(validate(p.ChatCompletionRequest, body))
     plans = [tools.plan_for(r) for r in reqs]
     params = [
-        SamplingParams(max_tokens=120, temperature=temperature, seed=i, grammar=tools.grammar_for(pl))
-        for i, pl in enumerate(plans)
+        SamplingParams(max_tokens=120, temperature=temperature, seed=i, grammar=grammar)
+        for i, grammar in enumerate(tools.grammar_for(pl) for pl in plans)
     ]
-    outs = engine.generate([chat_ids(engine, r, pl) for r, pl in zip(reqs, plans)], params)
+    prompts = [chat_ids(engine, r, pl) for r, pl in zip(reqs, plans, strict=True)]
+    outs = engine.generate(prompts, params)
     schema = WEATHER["function"]["parameters"]
     for out, plan in zip(outs, plans, strict=True):
         stream = tools.ToolStream(plan)
