@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import jsonschema
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 from benchmarks._common import log, machine_info, write_json
 from serving.api import openai as p

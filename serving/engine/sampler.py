@@ -81,16 +81,17 @@ def apply_logit_bias(logits: torch.Tensor, seqs: Seq[Sequence], rows: list[int])
 def grammar_allowed(seqs: Seq[Sequence], rows: list[int], vocab: int, device) -> torch.Tensor:
     """Boolean [len(rows), vocab] of allowed tokens. The matchers fill one int32 bitmask on the
     CPU (bit j of word w allows token 32w + j); it is unpacked where the logits are."""
-    import llguidance.torch as llt
-
-    bitmask = llt.allocate_token_bitmask(len(rows), vocab)
+    # All bits set = all allowed; each matcher writes its row in place (llguidance.torch's
+    # helper does the same, but importing it compiles a kernel we do not use).
+    bitmask = torch.full((len(rows), (vocab + 31) // 32), -1, dtype=torch.int32)
     broken: list[tuple[int, list[int]]] = []
     for k, i in enumerate(rows):
         matcher = seqs[i].matcher
         if matcher.is_error():  # cannot happen for masked tokens; end the output, never hang
             broken.append((k, sorted(seqs[i].eos_token_ids)))
         else:
-            llt.fill_next_token_bitmask(matcher, bitmask, k)
+            row = bitmask[k]
+            matcher.unsafe_compute_mask_ptr(row.data_ptr(), row.numel() * row.element_size())
     shifts = torch.arange(32, dtype=torch.int32, device=device)
     bits = (bitmask.to(device, non_blocking=True).unsqueeze(-1) >> shifts) & 1
     allowed = bits.view(len(rows), -1)[:, :vocab].bool()

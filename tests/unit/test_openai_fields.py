@@ -75,3 +75,12 @@ def test_request_tier_order():
     for args, needle in [(("vip", None), "priority='vip'"), ((None, "vip"), "x-priority='vip'")]:
         with pytest.raises(ApiError, match=needle):
             request_tier(*args)
+
+
+def test_service_tier_default_is_interactive_or_analytical():
+    from serving.config.sections import ServerSection
+
+    assert ServerSection().service_tier_default == "interactive"
+    assert ServerSection(service_tier_default="analytical").service_tier_default == "analytical"
+    with pytest.raises(ValueError, match=r"server.service_tier_default='offline' is not allowed"):
+        ServerSection(service_tier_default="offline")
