@@ -70,6 +70,11 @@ class GrammarCompiler:
             )
         return self._ll_tokenizer
 
+    def warm(self) -> None:
+        """Build the token tables now (at start-up), not inside the first constrained request."""
+        if self._hf_tokenizer is not None:
+            _ = self.ll_tokenizer
+
     def check(self, spec: GrammarSpec) -> str:
         """The compiled grammar; GrammarError naming the problem if the library refuses it."""
         return _checked(self, spec)
@@ -94,12 +99,3 @@ def _checked(compiler: GrammarCompiler, spec: GrammarSpec) -> str:
         raise GrammarError(f"grammar error: {error.strip()}")
     return text
 
-
-def advance(matcher, token_id: int) -> None:
-    """Feed the sampled token; a token the mask allowed is always accepted."""
-    matcher.consume_token(token_id)
-
-
-def finished(matcher) -> bool:
-    """True once the grammar accepts no more tokens (the output is complete)."""
-    return matcher.is_stopped()

@@ -48,6 +48,7 @@ class Ingress:
         self.model_name = self.config.model.served_name or served_name_for(self.config.model.source)
         # Checks grammars before dispatch; EOS and vocabulary do not change whether one compiles.
         self.grammars = GrammarCompiler(self.tokenizer, len(self.tokenizer), ())
+        self.grammars.warm()
         self.token_text = TokenText(self.tokenizer)
         self.api_key = api_key_from_env(self.config.server.api_key_env)
         self.default_tier = self.config.server.service_tier_default
