@@ -151,3 +151,26 @@ def test_logprobs_are_the_models_own_and_ranked():
 def test_new_sampling_params_are_range_checked(kwargs, needle):
     with pytest.raises(ValueError, match=needle):
         SamplingParams(**kwargs)
+
+
+def test_one_device_to_host_copy_per_step(monkeypatch):
+    """Every kind of row in one batch: the only copies to the host are one tolist()."""
+    calls = {"tolist": 0, "item": 0, "cpu": 0}
+    for name in calls:
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *a, _name=name, _original=original, **kw):
+            calls[_name] += 1
+            return _original(self, *a, **kw)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    params = [
+        SamplingParams(temperature=0),
+        SamplingParams(temperature=0.8, seed=1, top_p=0.9, top_k=20, min_p=0.05),
+        SamplingParams(temperature=1.0, presence_penalty=1.0, repetition_penalty=1.2),
+        SamplingParams(temperature=0, logit_bias=((3, 5.0),), logprobs=4),
+        SamplingParams(temperature=1.2, frequency_penalty=0.5, logprobs=0),
+    ]
+    seqs = [seq(p, output=(4, 5, 4), sid=i) for i, p in enumerate(params)]
+    sample(logits_rows(len(params)), seqs)
+    assert calls == {"tolist": 1, "item": 0, "cpu": 0}
