@@ -98,4 +98,3 @@ def _checked(compiler: GrammarCompiler, spec: GrammarSpec) -> str:
     if error:
         raise GrammarError(f"grammar error: {error.strip()}")
     return text
-
