@@ -117,6 +117,17 @@ def _too_large(num_bytes: int, cap: int) -> ApiError:
     )
 
 
+_TYPE_TAGS = frozenset({"str", "int", "bool", "float", "none", "dict", "list"})
+
+
+def _union_member(part) -> bool:
+    """Pydantic names the union member tried (`stop.str`, `tool_choice.NamedToolChoice`) in an
+    error's location; the user named only the field."""
+    if not isinstance(part, str):
+        return False
+    return part in _TYPE_TAGS or "[" in part or "-" in part or part[:1].isupper()
+
+
 def validate(model: type, body: dict):
     """Pydantic validation with the first problem as an OpenAI 400 naming the field."""
     from pydantic import ValidationError
@@ -125,18 +136,55 @@ def validate(model: type, body: dict):
         return model.model_validate(body)
     except ValidationError as err:
         first = err.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
+        where = ".".join(str(x) for x in first["loc"] if not _union_member(x))
         msg = first["msg"].removeprefix("Value error, ")
+        if first["type"] == "extra_forbidden":
+            msg = "unknown field"
         raise ApiError(400, f"{where}: {msg}" if where else msg, param=where or None) from None
 
 
-def request_tier(body_priority: str | None, header: str | None) -> str:
-    """The tier of a request: the body's `priority`, else the `x-priority` header, else
-    interactive; anything else is a 400 naming the allowed tiers."""
-    tier = body_priority or header or "interactive"
-    if tier not in TIERS:
-        raise ApiError(400, f"priority={tier!r} is not one of {list(TIERS)}", param="priority")
-    return tier
+SERVICE_TIER_TIERS = {"priority": "interactive", "scale": "interactive", "fast": "interactive"}
+SERVICE_TIER_TIERS["flex"] = "offline"  # OpenAI's flex: cheaper, slower, may wait: our offline
+
+
+def priority_tier(priority: int | str) -> str:
+    """vLLM's integer priority (lower runs first; 0 is its default) or one of our tier names."""
+    if isinstance(priority, str):
+        if priority not in TIERS:
+            raise ApiError(
+                400, f"priority={priority!r} is not one of {list(TIERS)}", param="priority"
+            )
+        return priority
+    return TIERS[min(max(priority, 0), len(TIERS) - 1)]
+
+
+def request_tier(
+    body_priority: int | str | None,
+    header: str | None,
+    service_tier: str | None = None,
+    default_tier: str = "interactive",
+) -> str:
+    """The tier of a request, first match wins:
+
+    1. the body's `priority` (vLLM's integer: <= 0 interactive, 1 analytical, >= 2 offline;
+       or a tier name);
+    2. the body's `service_tier` when it asks for a lane: priority, scale, fast -> interactive,
+       flex -> offline;
+    3. the `x-priority` header (a tier name);
+    4. `default_tier` (server.service_tier_default), which is also what service_tier auto and
+       default mean.
+    Anything else is a 400 naming the field and the allowed values."""
+    if body_priority is not None:
+        return priority_tier(body_priority)
+    if service_tier in SERVICE_TIER_TIERS:
+        return SERVICE_TIER_TIERS[service_tier]
+    if header:
+        if header not in TIERS:
+            raise ApiError(
+                400, f"x-priority={header!r} is not one of {list(TIERS)}", param="x-priority"
+            )
+        return header
+    return default_tier
 
 
 def sse(obj: dict | str) -> str:

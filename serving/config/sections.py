@@ -210,9 +210,12 @@ class ServerSection:
     # Streams the ingress relays at once. It only awaits, so it is cheap; Serve's default of 5
     # would cap the whole application at 5 concurrent streams. Replicas bound the real queues.
     ingress_max_ongoing_requests: int = 1024
+    # The tier of a request that names none, and of OpenAI's service_tier "auto" / "default".
+    service_tier_default: str = "interactive"
 
     def __post_init__(self) -> None:
         o = self._owner
+        check_choice(o, "service_tier_default", self.service_tier_default, TIERS[:2])
         if self.api_key_env is not None and not (
             isinstance(self.api_key_env, str) and _ENV_NAME.match(self.api_key_env)
         ):

@@ -61,6 +61,7 @@ def _merge(a: StreamDelta, b: StreamDelta) -> StreamDelta:
         num_prompt_tokens=b.num_prompt_tokens,
         num_output_tokens=b.num_output_tokens,
         queue_wait_s=b.queue_wait_s,
+        logprobs=a.logprobs + b.logprobs,
     )
 
 
@@ -118,6 +119,7 @@ class AsyncDriver:
     def _delta(self, st: _Stream) -> StreamDelta:
         seq = st.seq
         new_ids = seq.token_ids[seq.num_prompt_tokens + st.num_emitted :]
+        logprobs = seq.logprobs[st.num_emitted :] if seq.params.logprobs is not None else []
         st.num_emitted += len(new_ids)
         return StreamDelta(
             request_id=seq.request_id,
@@ -128,6 +130,7 @@ class AsyncDriver:
             num_prompt_tokens=seq.num_prompt_tokens,
             num_output_tokens=seq.num_output_tokens,
             queue_wait_s=None if seq.admitted_s is None else seq.admitted_s - seq.arrival_s,
+            logprobs=logprobs,
         )
 
     def _dispatch(self, touched: list[Sequence]) -> None:

@@ -19,6 +19,7 @@ from serving.engine import loader
 from serving.engine.config import EngineConfig
 from serving.engine.driver import AsyncDriver
 from serving.engine.features import check_model
+from serving.engine.grammar import GrammarCompiler
 from serving.engine.ledger import KVLedger, concurrency_limit
 from serving.engine.outputs import RequestOutput, StreamDelta
 from serving.engine.runner import HFRunner, PagedRunner, Runner
@@ -71,6 +72,7 @@ class LLMEngine:
         self.scheduler = Scheduler(cfg, self.ledger)
         self.eos_token_ids = loader.eos_token_ids(model, tokenizer)
         self.vocab_size = mc.get_text_config().vocab_size
+        self.grammars = GrammarCompiler(tokenizer, self.vocab_size, self.eos_token_ids)
         self.kv_cache = None  # tensor, or GroupedKVCache (serving/engine/kv_cache.py)
         self.runner: Runner
         if use_paged:
@@ -119,6 +121,13 @@ class LLMEngine:
             )
         return ids
 
+    def _check_vocab(self, field: str, ids) -> None:
+        bad = [t for t in ids if t >= self.vocab_size]
+        if bad:
+            raise ValueError(
+                f"{field}: token id {bad[0]} is out of range; allowed: 0 <= id < {self.vocab_size}"
+            )
+
     def make_sequence(
         self, prompt: Prompt, params: SamplingParams | None, tier, request_id, timeout_s
     ) -> Sequence:
@@ -134,6 +143,8 @@ class LLMEngine:
                 f"exceeds max_model_len={self.max_model_len}; shorten the prompt or lower "
                 "max_tokens"
             )
+        self._check_vocab("logit_bias", [t for t, _ in params.logit_bias])
+        self._check_vocab("stop_token_ids", params.stop_token_ids)
         now = self.clock()
         timeout_s = self.config.max_queue_wait_s if timeout_s is None else timeout_s
         seq = Sequence(
@@ -146,6 +157,7 @@ class LLMEngine:
             eos_token_ids=self.eos_token_ids,
             max_total_tokens=self.max_model_len,
             generator=make_generator(params, self.device),
+            matcher=None if params.grammar is None else self.grammars.matcher(params.grammar),
         )
         need = self.ledger.reservation_for(seq)  # the most it holds at once, windows applied
         if need > self.pool.num_blocks:
@@ -292,6 +304,7 @@ class LLMEngine:
             ttft_s=None if seq.first_token_s is None else seq.first_token_s - seq.arrival_s,
             latency_s=None if seq.finished_s is None else seq.finished_s - seq.arrival_s,
             error=seq.error,
+            logprobs=list(seq.logprobs) if seq.params.logprobs is not None else None,
         )
 
     # ----- introspection -------------------------------------------------------------------------

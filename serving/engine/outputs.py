@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class RequestTimeoutError(TimeoutError):
@@ -11,6 +11,16 @@ class RequestTimeoutError(TimeoutError):
 
 class EngineDeadError(RuntimeError):
     """The engine loop stopped after an error; the replica should be replaced."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """Log-probability of one sampled token under the model, and the `top` most likely
+    (token id, logprob) pairs at that position, most likely first."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +35,7 @@ class RequestOutput:
     ttft_s: float | None = None
     latency_s: float | None = None
     error: str | None = None
+    logprobs: list[TokenLogprob] | None = None  # one per output token, when asked for
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,3 +50,4 @@ class StreamDelta:
     num_prompt_tokens: int
     num_output_tokens: int
     queue_wait_s: float | None = None  # arrival to admission, once admitted
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # of token_ids, when asked for

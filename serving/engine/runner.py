@@ -54,9 +54,8 @@ def group_by_length(ctx_desc: list[int], max_groups: int = 4, min_size: int = 4)
     return groups
 
 
-def _sampling_args(batch: ScheduledBatch, rows: list[int]):
-    seqs = [batch.seqs[i] for i in rows]
-    return [s.params for s in seqs], [s.generator for s in seqs]
+def _rows_of(batch: ScheduledBatch, rows: list[int]) -> list[Sequence]:
+    return [batch.seqs[i] for i in rows]
 
 
 class PagedRunner:
@@ -157,7 +156,7 @@ class PagedRunner:
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
         self.last_forward_s = time.perf_counter() - t0
-        tokens = sample(logits, *_sampling_args(batch, sampled_from))
+        tokens = sample(logits, _rows_of(batch, sampled_from))
         by_seq = dict(zip(sampled_from, tokens, strict=True))
         return [by_seq[i] for i in sorted(by_seq)]
 
@@ -201,4 +200,4 @@ class HFRunner:
         self.last_forward_s = time.perf_counter() - t0
         if not rows:
             return []
-        return sample(torch.stack(logits), *_sampling_args(batch, rows))
+        return sample(torch.stack(logits), _rows_of(batch, rows))

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import NewType
+from typing import Any, NewType
 
 import torch
 
 from common.tiers import Tier
+from serving.engine.outputs import TokenLogprob
 from serving.engine.sampling_params import SamplingParams
 
 RequestId = NewType("RequestId", str)
@@ -51,6 +52,8 @@ class Sequence:
     eos_token_ids: frozenset[int]
     max_total_tokens: int
     generator: torch.Generator | None = None
+    matcher: Any = None  # llguidance matcher of a constrained request (serving/engine/grammar.py)
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # per output token, when asked
     num_prompt_tokens: int = field(init=False)
     num_computed_tokens: int = 0
     status: SeqStatus = SeqStatus.WAITING
@@ -102,6 +105,8 @@ class Sequence:
         if not p.ignore_eos and token_id in self.eos_token_ids:
             return SeqStatus.FINISHED_STOPPED
         if token_id in p.stop_token_ids:
+            return SeqStatus.FINISHED_STOPPED
+        if self.matcher is not None and self.matcher.is_stopped():  # the grammar is complete
             return SeqStatus.FINISHED_STOPPED
         if self.num_tokens >= self.max_total_tokens:
             return SeqStatus.FINISHED_LENGTH

@@ -15,12 +15,16 @@ from collections.abc import AsyncIterator
 
 from serving.api import openai as p
 from serving.api.errors import ApiError
-from serving.api.http import api_key_from_env, validate
+from serving.api.http import api_key_from_env, request_tier, validate
 from serving.config import AppConfig
-from serving.engine.sampling_params import SamplingParams
+from serving.engine.grammar import GrammarCompiler, GrammarError
+from serving.engine.sampling_params import GrammarSpec, SamplingParams
+from serving.llm import tools
+from serving.llm.choices import TokenText
 from serving.llm.dispatch import OpenStream, RefusalMemo, open_stream
 from serving.llm.messages import Completion, Delta, GenerateRequest
 from serving.llm.stop_strings import StopStrings
+from serving.llm.tools import ToolPlan
 from serving.serve_status import app_name_or_default, running_replicas
 
 log = logging.getLogger("ray.serve")
@@ -42,7 +46,12 @@ class Ingress:
             str(model_dir), trust_remote_code=self.config.model.trust_remote_code
         )
         self.model_name = self.config.model.served_name or served_name_for(self.config.model.source)
+        # Checks grammars before dispatch; EOS and vocabulary do not change whether one compiles.
+        self.grammars = GrammarCompiler(self.tokenizer, len(self.tokenizer), ())
+        self.grammars.warm()
+        self.token_text = TokenText(self.tokenizer)
         self.api_key = api_key_from_env(self.config.server.api_key_env)
+        self.default_tier = self.config.server.service_tier_default
         self.fingerprint = self.config.replica_fingerprint()
         self.verified: dict[str, bool] = {}
         self.refusals = RefusalMemo()
@@ -92,7 +101,10 @@ class Ingress:
             self._watcher = asyncio.get_running_loop().create_task(self._watch_pools())
 
     # ----- shared request path ----------------------------------------------------------------
-    def _params(self, req: p._SamplingFields, num_prompt_tokens: int) -> SamplingParams:
+    def _params(
+        self, req: p._SamplingFields, num_prompt_tokens: int, grammar=None
+    ) -> SamplingParams:
+        """The engine's SamplingParams of a validated request (OpenAI's defaults where unset)."""
         srv = self.config.server
         limit = self.config.engine.max_model_len
         max_tokens = req.requested_max_tokens()
@@ -106,14 +118,39 @@ class Ingress:
                 f"max_tokens <= {srv.max_tokens_limit}",
                 param="max_tokens",
             )
+        source = req.grammar_source()
+        if grammar is None and source is not None:
+            grammar = self._checked_grammar(GrammarSpec(*source), "response_format")
         return SamplingParams(
             max_tokens=max_tokens,
-            temperature=req.temperature,
-            top_p=req.top_p,
-            top_k=req.top_k,
+            temperature=1.0 if req.temperature is None else req.temperature,
+            top_p=1.0 if req.top_p is None else req.top_p,
+            top_k=max(0, req.top_k or 0),
+            min_p=req.min_p or 0.0,
             seed=req.seed,
-            ignore_eos=req.ignore_eos,
+            ignore_eos=bool(req.ignore_eos),
+            presence_penalty=req.presence_penalty or 0.0,
+            frequency_penalty=req.frequency_penalty or 0.0,
+            repetition_penalty=req.repetition_penalty or 1.0,
+            logit_bias=tuple((int(k), v) for k, v in (req.logit_bias or {}).items()),
+            logprobs=req.num_top_logprobs(),
+            grammar=grammar,
         )
+
+    def _checked_grammar(self, spec: GrammarSpec, field: str) -> GrammarSpec:
+        """A grammar the library cannot compile is a 400 naming the problem, before dispatch."""
+        try:
+            self.grammars.check(spec)
+        except GrammarError as err:
+            raise ApiError(400, f"{field}: {err}", param=field) from None
+        return spec
+
+    def _choice_params(self, params: SamplingParams, n: int) -> list[SamplingParams]:
+        """n choices are n sequences; a seeded request seeds choice i with seed + i, so the
+        choices differ from each other and the whole reply repeats."""
+        if n == 1 or params.seed is None:
+            return [params] * n
+        return [dataclasses.replace(params, seed=(params.seed + i) % 2**63) for i in range(n)]
 
     def set_pool_target(self, pool: str, target: int) -> None:
         """The forecast controller announces a new replica target before it applies it. A pool
@@ -142,6 +179,25 @@ class Ingress:
             time.monotonic(),
         )
 
+    async def _open_choices(
+        self, prompt_ids: list[int], params: SamplingParams, tier: str, n: int
+    ) -> list[OpenStream]:
+        """One stream per choice, opened together (each waits for its first token). If one is
+        refused, the others are cancelled (their KV freed) and the refusal stands for all."""
+        if n == 1:
+            return [await self._open(prompt_ids, params, tier)]
+        results = await asyncio.gather(
+            *(self._open(prompt_ids, cp, tier) for cp in self._choice_params(params, n)),
+            return_exceptions=True,
+        )
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            for r in results:
+                if isinstance(r, OpenStream):
+                    r.cancel()
+            raise errors[0]
+        return list(results)
+
     async def _relay(self, opened: OpenStream, stops: list[str]) -> AsyncIterator[Delta]:
         """Replica deltas with stop strings applied; cancels the replica stream on exit."""
         cut = StopStrings(stops)
@@ -165,9 +221,21 @@ class Ingress:
             return list(self.tokenizer(prompt).input_ids)
         return list(prompt)
 
-    def _encode_chat(self, messages: list[p.ChatMessage]) -> list[int]:
-        turns = [{"role": m.role, "content": m.text()} for m in messages]
-        text = self.tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=False)
+    def _encode_chat(self, req: p.ChatCompletionRequest, plan: ToolPlan | None) -> list[int]:
+        """The chat template renders the turns (tool calls and tool results included); tools go
+        in as `tools=` where the template renders them, else as a system message."""
+        template = self.tokenizer.chat_template or ""
+        native = "tools" in template
+        turns = tools.render_turns(req.messages, plan, native)
+        extra = {"tools": tools.tools_kwarg(plan)} if native and plan is not None else {}
+        try:
+            text = self.tokenizer.apply_chat_template(
+                turns, add_generation_prompt=True, tokenize=False, **extra
+            )
+        except Exception as err:  # jinja's TemplateError, or a template that raises itself
+            raise ApiError(
+                400, f"messages: the model's chat template refused them: {err}", param="messages"
+            ) from None
         return list(self.tokenizer(text, add_special_tokens=False).input_ids)
 
     # ----- handle API (other Ray apps) ------------------------------------------------------------
@@ -206,12 +274,28 @@ class Ingress:
             )
         body = {"prompt": prompt, "max_tokens": max_tokens, "priority": priority, **sampling}
         req = validate(p.CompletionRequest, body)
+        tier = request_tier(req.priority, None, req.service_tier, self.default_tier)
         ids = self._encode_prompt(req.prompt)
-        opened = await self._open(ids, self._params(req, len(ids)), req.priority or "interactive")
+        opened = await self._open(ids, self._params(req, len(ids)), tier)
         async for item in self._relay(opened, req.stop):
             yield item
 
 
 HANDLE_SAMPLING_KEYS = frozenset(
-    {"temperature", "top_p", "top_k", "seed", "stop", "ignore_eos", "max_completion_tokens"}
+    {
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "seed",
+        "stop",
+        "ignore_eos",
+        "max_completion_tokens",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+        "logit_bias",
+        "response_format",
+        "service_tier",
+    }
 )

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from common.tiers import check_tier
+from serving.engine.outputs import TokenLogprob
 from serving.engine.sampling_params import SamplingParams
 
 
@@ -42,6 +43,10 @@ class Delta:
     num_prompt_tokens: int
     num_output_tokens: int
     pool: str
+    logprobs: tuple[TokenLogprob, ...] = ()  # one per token id, when the request asked
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "logprobs", tuple(self.logprobs))
 
 
 @dataclass(frozen=True, slots=True)

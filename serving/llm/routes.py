@@ -5,8 +5,8 @@ SSE frames are `data: <json>\\n\\n` and end with `data: [DONE]`; with
 A failure after the stream started (a replica died) becomes an error event, never a hang.
 """
 
+import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
@@ -24,16 +24,13 @@ from serving.api.http import (
     sse,
     validate,
 )
-from serving.llm.dispatch import OpenStream
+from serving.llm import tools
+from serving.llm.choices import ChoiceState
 from serving.llm.ingress import Ingress
-from serving.llm.messages import Delta
+from serving.llm.replies import Reply, drain, merge_streams, service_tier_echo
 
 log = logging.getLogger("ray.serve")
 api = install_error_handlers(FastAPI(title="tideserve", docs_url=None, redoc_url=None))
-
-
-def _chat_chunk(rid, model, created, text: str, finish_reason):
-    return p.chat_chunk(rid, model, created, {"content": text} if text else {}, finish_reason)
 
 
 # Decorated where it is defined: Serve rewrites the routes' `self` when the decorator runs, and a
@@ -53,66 +50,46 @@ class HttpIngress(Ingress):
         check_api_key(self.api_key, request)
         req = validate(kind, await read_json(request, self.config.server.max_body_bytes))
         check_model_name(req.model, self.model_name)
-        tier = request_tier(req.priority, request.headers.get("x-priority"))
+        header = request.headers.get("x-priority")
+        tier = request_tier(req.priority, header, req.service_tier, self.default_tier)
         return req, tier
 
     @api.post("/v1/completions")
     async def completions(self, request: Request):
-        return await self._complete(
-            request,
-            p.CompletionRequest,
-            lambda req: self._encode_prompt(req.prompt),
-            "cmpl",
-            p.completion_chunk,
-            "text_completion",
-            p.completion_response,
-        )
+        req, tier = await self._prepare(request, p.CompletionRequest)
+        return await self._answer(req, tier, self._encode_prompt(req.prompt), None)
 
     @api.post("/v1/chat/completions")
     async def chat_completions(self, request: Request):
-        return await self._complete(
-            request,
-            p.ChatCompletionRequest,
-            lambda req: self._encode_chat(req.messages),
-            "chatcmpl",
-            _chat_chunk,
-            "chat.completion.chunk",
-            p.chat_response,
-        )
+        req, tier = await self._prepare(request, p.ChatCompletionRequest)
+        plan = tools.plan_for(req)
+        return await self._answer(req, tier, self._encode_chat(req, plan), plan)
 
-    async def _complete(
-        self,
-        request: Request,
-        kind: type,
-        encode,
-        id_prefix: str,
-        chunk,
-        chunk_object: str,
-        respond,
-    ):
-        """The shared path of both endpoints: only encoding and response shapes differ."""
-        req, tier = await self._prepare(request, kind)
-        ids = encode(req)
-        opened = await self._open(ids, self._params(req, len(ids)), tier)
-        rid = p.new_id(id_prefix)
+    async def _answer(self, req, tier: str, ids: list[int], plan: tools.ToolPlan | None):
+        """The shared path of both endpoints: n choices, streamed or collected."""
+        grammar = None if plan is None else tools.grammar_for(plan)
+        if grammar is not None:
+            grammar = self._checked_grammar(grammar, "tools")
+        opened = await self._open_choices(
+            ids, self._params(req, len(ids), grammar), tier, req.num_choices
+        )
+        reply = Reply(
+            rid=p.new_id("chatcmpl" if isinstance(req, p.ChatCompletionRequest) else "cmpl"),
+            model=self.model_name,
+            req=req,
+            states=[ChoiceState(i, plan) for i in range(len(opened))],
+            token_text=self.token_text,
+            extra=service_tier_echo(req.service_tier, tier),
+            echo=self._echo_text(req),
+        )
+        relays = [self._relay(o, req.stop) for o in opened]
         if req.stream:
-            frames = self._stream(opened, req, rid, chunk, chunk_object)
+            frames = self._stream(reply, merge_streams(relays))
             return StreamingResponse(frames, media_type="text/event-stream")
-        text, last = await self._collect(opened, req.stop)
-        return respond(
-            rid,
-            self.model_name,
-            text,
-            last.finish_reason,
-            last.num_prompt_tokens,
-            last.num_output_tokens,
-        )
-
-    async def _collect(self, opened: OpenStream, stops: list[str]) -> tuple[str, Delta]:
         try:
-            parts = [item async for item in self._relay(opened, stops)]
+            await asyncio.gather(*(drain(r, s) for r, s in zip(relays, reply.states, strict=True)))
         except Exception as err:  # the replica died mid-generation: a clean 503, not a bare 500
-            log.warning("generation on %s failed: %s", opened.pool, type(err).__name__)
+            log.warning("generation failed: %s", type(err).__name__)
             raise ApiError(
                 503,
                 "the replica serving this request failed mid-generation; retry",
@@ -120,29 +97,29 @@ class HttpIngress(Ingress):
                 code="replica_failed",
                 retry_after_s=self.config.server.retry_after_s,
             ) from None
-        return "".join(item.text for item in parts), parts[-1]
+        return reply.response()
 
-    async def _stream(self, opened, req, rid, chunk, obj: str) -> AsyncIterator[str]:
-        created, model, last = int(time.time()), self.model_name, opened.first
-        if obj == "chat.completion.chunk":  # OpenAI opens a chat stream with the role
-            yield sse(p.chat_chunk(rid, model, created, {"role": "assistant", "content": ""}, None))
+    def _echo_text(self, req) -> str:
+        if not isinstance(req, p.CompletionRequest) or not req.echo:
+            return ""
+        prompt = req.prompt
+        return prompt if isinstance(prompt, str) else self.tokenizer.decode(prompt)
+
+    async def _stream(self, reply: Reply, items) -> AsyncIterator[str]:
+        for frame in reply.opening():
+            yield sse(frame)
         try:
-            async for item in self._relay(opened, req.stop):
-                last = item
-                if item.text:
-                    yield sse(chunk(rid, model, created, item.text, None))
+            async for index, item in items:
+                for frame in reply.frames(index, item):
+                    yield sse(frame)
         except Exception as err:  # mid-stream failure: tell the client, then end the stream
             # The type only: an error's text may quote the request, and prompts stay out of logs.
-            log.warning("stream %s failed: %s", rid, type(err).__name__)
+            log.warning("stream %s failed: %s", reply.rid, type(err).__name__)
             message = f"generation failed mid-stream ({type(err).__name__}); retry"
             yield sse(error_body(message, "server_error", code="replica_failed"))
             yield sse("[DONE]")
             return
-        yield sse(chunk(rid, model, created, "", last.finish_reason))
-        if req.stream_options is not None and req.stream_options.include_usage:
-            yield sse(
-                p.usage_chunk(
-                    rid, model, created, obj, last.num_prompt_tokens, last.num_output_tokens
-                )
-            )
+        usage = reply.req.stream_options is not None and reply.req.stream_options.include_usage
+        if usage:
+            yield sse(reply.usage_frame())
         yield sse("[DONE]")

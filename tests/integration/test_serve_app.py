@@ -99,7 +99,7 @@ def test_sse_framing_and_done(served):
     [
         ({"model": "tiny", "prompt": "x", "max_tokens": -1}, 400, "max_tokens"),
         ({"model": "tiny", "prompt": "x", "temperature": 9}, 400, "temperature"),
-        ({"model": "tiny", "prompt": "x", "n": 3}, 400, "n=3"),
+        ({"model": "tiny", "prompt": "x", "n": 17}, 400, "n: "),
         ({"model": "nope", "prompt": "x"}, 404, "does not exist"),
         ({"model": "tiny", "prompt": "x " * 600, "max_tokens": 8}, 400, "max_model_len"),
         ({"model": "tiny"}, 400, "prompt"),
