@@ -3,10 +3,14 @@ continuous batching, and the tideserve engine, on one trace-shaped request set a
 
     python benchmarks/engine_throughput.py [--quick] [--json PATH] [--device cpu|cuda]
         [--dtype float32|bfloat16] [--num-requests N] [--seed S] [--sequential-limit N]
+        [--static-batch-sizes 4,8,16,32,64]
 
 All requests arrive at t=0. Latency = system start -> a request's last token; TTFT = system
 start -> its first token. Every system decodes greedily and generates exactly the requested number
 of tokens per request (EOS ignored), so token counts are identical across systems.
+The static-batching baseline runs at every size of --static-batch-sizes; the ratios compare
+against the one with the most tokens/s (`static_batch_best`), the static baseline to beat.
+In float32 every request's tokens are checked against sequential `generate` (`outputs_match`).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from benchmarks._common import (
     write_json,
 )
 
-STATIC_BATCH = 16
+STATIC_BATCH_SIZES = (4, 8, 16, 32, 64)
 ENGINE_KV_MODES = {"tideserve": "reserve", "tideserve_on_demand": "on_demand"}
 ENGINE_CONFIG = dict(
     max_num_seqs=64, min_num_seqs=16, max_num_batched_tokens=512, block_size_tokens=16
@@ -209,8 +213,18 @@ def run_tideserve(name: str, model, reqs: list[Request], kv_mode: str) -> RunRes
     )
 
 
+def static_name(batch_size: int) -> str:
+    return f"static_batch_{batch_size}"
+
+
+def best_static(systems: dict[str, dict]) -> dict | None:
+    """The static-batching run with the most tokens/s: the static baseline to beat."""
+    static = [s for name, s in systems.items() if name.startswith("static_batch_")]
+    return max(static, key=lambda s: s["tokens_per_s"], default=None)
+
+
 def derive(systems: dict[str, dict], off: float | None) -> tuple[dict, dict]:
-    ts, st = systems.get("tideserve"), systems.get("static_batch")
+    ts, st = systems.get("tideserve"), best_static(systems)
     cbs = [systems[k] for k in CB_VARIANTS if k in systems]
     best_cb = max(cbs, key=lambda c: c["tokens_per_s"], default=None)
     r = {
@@ -232,11 +246,16 @@ def derive(systems: dict[str, dict], off: float | None) -> tuple[dict, dict]:
     return r, targets
 
 
-def run_all(model, reqs: list[Request], seq_limit: int) -> tuple[dict[str, RunResult], dict]:
+def run_all(
+    model, reqs: list[Request], seq_limit: int, static_sizes: tuple[int, ...]
+) -> tuple[dict[str, RunResult], dict]:
     """Every system in turn; a failing system is recorded (its error text) and skipped."""
     plan = {
         "sequential": partial(run_hf_batches, "sequential", model, reqs[:seq_limit], 1),
-        "static_batch": partial(run_hf_batches, "static_batch", model, reqs, STATIC_BATCH),
+        **{
+            static_name(b): partial(run_hf_batches, static_name(b), model, reqs, b)
+            for b in static_sizes
+        },
         **{n: partial(run_transformers_cb, n, model, reqs, k) for n, k in CB_VARIANTS.items()},
         **{n: partial(run_tideserve, n, model, reqs, m) for n, m in ENGINE_KV_MODES.items()},
     }
@@ -256,12 +275,14 @@ def run_all(model, reqs: list[Request], seq_limit: int) -> tuple[dict[str, RunRe
     return results, failed
 
 
-def outputs_match(results: dict[str, RunResult], other: str, k: int = 4) -> bool | None:
-    """Greedy float32 cross-check: the first k requests' tokens equal those of `sequential`."""
+def compare_outputs(results: dict[str, RunResult], other: str) -> dict | None:
+    """Greedy float32 cross-check of EVERY request `sequential` ran (all of them unless
+    --sequential-limit): `other`'s tokens must equal sequential `generate`'s, request by request."""
     if "sequential" not in results or other not in results:
         return None
-    ref = results["sequential"].outputs[:k]
-    return len(ref) == k and results[other].outputs[:k] == ref
+    ref, got = results["sequential"].outputs, results[other].outputs
+    mismatched = [i for i, want in enumerate(ref) if i >= len(got) or got[i] != want]
+    return {"match": bool(ref) and not mismatched, "compared": len(ref), "mismatched": mismatched}
 
 
 def parse_args() -> argparse.Namespace:
@@ -277,6 +298,11 @@ def parse_args() -> argparse.Namespace:
         type=int,
         help="run `sequential` on only the first N requests (default: all)",
     )
+    p.add_argument(
+        "--static-batch-sizes",
+        default=",".join(map(str, STATIC_BATCH_SIZES)),
+        help="batch sizes of the static-batching baseline (default: %(default)s)",
+    )
     return p.parse_args()
 
 
@@ -285,6 +311,11 @@ def build_report(args, params: int, workload: dict, results: dict, failed: dict)
     stats = results["tideserve"].extra if "tideserve" in results else step_stats([])
     ratios, targets = derive(systems, stats["outside_forward_fraction"])
     fp32 = args.dtype == "float32"
+    best = best_static(systems)
+    checks = {
+        name: compare_outputs(results, name) if fp32 else None
+        for name in ("tideserve", "transformers_cb")
+    }
     return {
         "benchmark": "engine_throughput",
         "machine": machine_info(args.device, args.dtype),
@@ -292,12 +323,14 @@ def build_report(args, params: int, workload: dict, results: dict, failed: dict)
         "workload": workload,
         "systems": list(systems.values()),
         **stats,
+        "static_batch_best": best["name"] if best else None,
         "ratios": ratios,
         "targets": targets,
-        "outputs_match": outputs_match(results, "tideserve") if fp32 else None,
+        "outputs_match": checks["tideserve"]["match"] if checks["tideserve"] else None,
         "outputs_match_transformers_cb": (
-            outputs_match(results, "transformers_cb") if fp32 else None
+            checks["transformers_cb"]["match"] if checks["transformers_cb"] else None
         ),
+        "outputs_checked": checks,
         "failed_systems": failed,
     }
 
@@ -320,7 +353,8 @@ def main() -> None:
         "arrivals": "all at t=0 (offline batch)",
     }
     log(f"workload: {workload}")
-    results, failed = run_all(model, reqs, args.sequential_limit or n)
+    static_sizes = tuple(int(x) for x in args.static_batch_sizes.split(","))
+    results, failed = run_all(model, reqs, args.sequential_limit or n, static_sizes)
     report = build_report(args, params, workload, results, failed)
     print_report(report)
     if args.json:

@@ -47,8 +47,7 @@ def test_openai_sdk_completions_and_chat_validate_strictly(served):
         model="tiny", prompt="def main():", max_tokens=8, temperature=0
     )
     Completion.model_validate(comp.model_dump(), strict=True)
-    assert comp.usage.completion_tokens == len(comp.choices[0].text) or comp.usage.completion_tokens
-    assert comp.choices[0].finish_reason in ("stop", "length")
+    _assert_usage_counts_real_tokens(served, comp)
 
     chat = client.chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=6, temperature=0
@@ -111,6 +110,30 @@ def test_bad_input_gets_openai_error_body(served, body, status, needle):
     assert r.status_code == status, r.text
     err = r.json()["error"]
     assert needle in err["message"] and err["type"]
+
+
+def _assert_usage_counts_real_tokens(served, comp) -> None:
+    """usage counts the tokens the model read and generated, not characters or a constant: the
+    same greedy request through the handle returns its token ids, and the tokenizer counts the
+    prompt."""
+    from ray import serve
+    from transformers import AutoTokenizer
+
+    usage, choice = comp.usage, comp.choices[0]
+    same = (
+        serve.get_app_handle(APP)
+        .generate.remote("def main():", max_tokens=8, temperature=0)
+        .result(timeout_s=60)
+    )
+    assert choice.text == same.text  # greedy: one answer, whatever the path
+    assert usage.completion_tokens == len(same.token_ids)
+    tokenizer = AutoTokenizer.from_pretrained(served["model_dir"])
+    assert usage.prompt_tokens == len(tokenizer("def main():").input_ids)
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    if choice.finish_reason == "length":
+        assert usage.completion_tokens == 8
+    else:
+        assert choice.finish_reason == "stop" and 1 <= usage.completion_tokens <= 8
 
 
 def test_malformed_json_is_a_400(served):
