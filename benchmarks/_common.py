@@ -151,10 +151,23 @@ def ratio(a: dict | None, b: dict | None, key: str) -> float | None:
     return a[key] / b[key] if a and b and b[key] else None
 
 
+def cpu_model() -> str:
+    """The CPU's model name: runs on differently shaped machines must say which they ran on."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def machine_info(device: str, dtype: str) -> dict:
     import transformers
 
     info = {
+        "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,

@@ -39,6 +39,7 @@ from benchmarks._common import (
     cpu_snapshot,
     cpu_used,
     log,
+    machine_info,
     open_trace,
     percentile,
     write_json,
@@ -264,6 +265,7 @@ def main() -> None:
     _, foreign = cpu_used(before, cpu_snapshot())
     report = _report(runs, rates, cap, duration_s, max_diff, foreign, args)
     report["padding"] = padding_cost([len(model.tokenize(t)) for t in texts])
+    report["machine"] = machine_info("cpu", "float32")
     print(_table(runs))
     print("at the highest rate:", report["highest_rate"])
     if args.json:
