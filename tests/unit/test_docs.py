@@ -67,16 +67,25 @@ def test_no_citation_points_outside_the_repository():
 
 TOP = "serving|capacity|autoscaling|common|tideserve|benchmarks|tests|examples|scripts|docs"
 REPO_PATH = re.compile(rf"`((?:{TOP})/[\w./-]*)(?:(?::|::)[\w.]+)?`")
-LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+LINK = re.compile(r"\]\(([^)#\s]*)(?:#([^)]*))?\)")
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
+    headings = re.findall(r"^#+ (.+)$", page.read_text(encoding="utf-8"), flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_paths_and_links_in_the_docs_exist(page):
     text = page.read_text(encoding="utf-8")
     missing = [p for p in REPO_PATH.findall(text) if not (ROOT / p.rstrip("/")).exists()]
-    missing += [
-        link
-        for link in LINK.findall(text)
-        if "://" not in link and not (page.parent / link).exists()
-    ]
+    for link, anchor in LINK.findall(text):
+        target = page.parent / link if link else page
+        if "://" in link:
+            continue
+        if not target.exists():
+            missing.append(link)
+        elif anchor and target.suffix == ".md" and anchor not in anchors(target):
+            missing.append(f"{link}#{anchor}")
     assert not missing, f"{page.relative_to(ROOT)} names paths that do not exist: {missing}"
