@@ -275,14 +275,41 @@ def run_all(
     return results, failed
 
 
-def compare_outputs(results: dict[str, RunResult], other: str) -> dict | None:
+# Top-2 logit gap below which two greedy paths may pick differently from float32 rounding alone
+# (batched vs one-by-one kernels, cached vs recomputed attention).
+NEAR_TIE_LOGIT_GAP = 1e-3
+
+
+def _top2_gap(model, reqs: list[Request], i: int, prefix: list[int]) -> float:
+    with torch.inference_mode():
+        ids = torch.tensor([reqs[i].prompt + prefix], device=model.device)
+        top = torch.topk(model(ids).logits[0, -1].float(), 2).values
+    return float(top[0] - top[1])
+
+
+def compare_outputs(model, reqs, results: dict[str, RunResult], other: str) -> dict | None:
     """Greedy float32 cross-check of EVERY request `sequential` ran (all of them unless
-    --sequential-limit): `other`'s tokens must equal sequential `generate`'s, request by request."""
+    --sequential-limit): `other`'s tokens must equal sequential `generate`'s, request by request.
+    A mismatch is a `near_tie` when, at the first differing token, the reference's top two logits
+    are within NEAR_TIE_LOGIT_GAP: rounding decides there, not the engine."""
     if "sequential" not in results or other not in results:
         return None
     ref, got = results["sequential"].outputs, results[other].outputs
     mismatched = [i for i, want in enumerate(ref) if i >= len(got) or got[i] != want]
-    return {"match": bool(ref) and not mismatched, "compared": len(ref), "mismatched": mismatched}
+    near_ties = {}
+    for i in mismatched:
+        if i < len(got) and len(got[i]) == len(ref[i]):
+            first = next(j for j, (a, b) in enumerate(zip(ref[i], got[i], strict=True)) if a != b)
+            gap = _top2_gap(model, reqs, i, ref[i][:first])
+            if gap < NEAR_TIE_LOGIT_GAP:
+                near_ties[i] = {"token": first, "top2_logit_gap": gap}
+    return {
+        "match": bool(ref) and not mismatched,
+        "match_except_near_ties": bool(ref) and len(near_ties) == len(mismatched),
+        "compared": len(ref),
+        "mismatched": mismatched,
+        "near_ties": near_ties,
+    }
 
 
 def parse_args() -> argparse.Namespace:
@@ -306,20 +333,20 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def build_report(args, params: int, workload: dict, results: dict, failed: dict) -> dict:
+def build_report(args, model, reqs, workload: dict, results: dict, failed: dict) -> dict:
     systems = {name: r.summary() for name, r in results.items()}
     stats = results["tideserve"].extra if "tideserve" in results else step_stats([])
     ratios, targets = derive(systems, stats["outside_forward_fraction"])
     fp32 = args.dtype == "float32"
     best = best_static(systems)
     checks = {
-        name: compare_outputs(results, name) if fp32 else None
+        name: compare_outputs(model, reqs, results, name) if fp32 else None
         for name in ("tideserve", "transformers_cb")
     }
     return {
         "benchmark": "engine_throughput",
         "machine": machine_info(args.device, args.dtype),
-        "model": {"params": params, "config": MODEL_CONFIG},
+        "model": {"params": sum(p.numel() for p in model.parameters()), "config": MODEL_CONFIG},
         "workload": workload,
         "systems": list(systems.values()),
         **stats,
@@ -355,7 +382,7 @@ def main() -> None:
     log(f"workload: {workload}")
     static_sizes = tuple(int(x) for x in args.static_batch_sizes.split(","))
     results, failed = run_all(model, reqs, args.sequential_limit or n, static_sizes)
-    report = build_report(args, params, workload, results, failed)
+    report = build_report(args, model, reqs, workload, results, failed)
     print_report(report)
     if args.json:
         write_json(args.json, report)
