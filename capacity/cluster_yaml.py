@@ -1,338 +1,258 @@
-"""`write_pools`: put a plan's replica counts into an existing cluster.yaml, touching nothing else.
+"""`write_plan`: what a capacity plan decides, written into an existing cluster.yaml, nothing else.
 
-A YAML round trip (load + dump) would drop every comment and reflow the file, so this is a small
-line-based editor instead. It understands exactly the shape `cluster.yaml` uses:
+A round-trip YAML library (ruamel.yaml) reads the file into a tree that remembers every comment,
+flow style and column, so the dump changes only the values set here (capacity/plan_settings.py):
 
-    applications:
-      - name: ...
-        args:
-          pools:
-            hot: {num_replicas: 1, resources: {}}     # flow mapping on one line, or a block
-            cold:                                     # block, or a one-line flow mapping
-              min_replicas: 0
-              max_replicas: 2
-              initial_replicas: 1
+    engine.{max_num_seqs, min_num_seqs, max_num_batched_tokens, max_model_len,
+            block_size_tokens, gpu_memory_utilization, kv_cache_bytes}
+    pools.hot.num_replicas, pools.cold.max_replicas (and cold.initial_replicas, clamped into
+            [min_replicas, max_replicas])
+    controller.replica_capacity_rps (only where the app has a `controller:` section: adding one
+            would switch the controller on)
 
-and rewrites only the integer values of `hot.num_replicas`, `cold.max_replicas` and (when it must be
-clamped into [min_replicas, max_replicas]) `cold.initial_replicas`. A missing key is added next to
-its siblings. Anything it does not recognise (no `args:`/`pools:`, two candidate `pools:` blocks,
-a non-integer value, an anchor or alias) raises ValueError before the file is written. After
-writing, the file is re-validated with `serving.config.load_cluster_yaml`; if that fails, the
-original bytes are written back and the ValueError is re-raised.
+A key that is missing is added at the end of its section. The application is the one named
+`app_name`, or else the only application that is not an embedding app. Anchors, aliases and merge
+keys in an edited section are refused (an edit there would change another section too). The new
+text is validated with `serving.config.load_cluster_yaml` and compared with the old one as data
+(nothing but the owned keys may differ) before it atomically replaces the file; on any error the
+file is untouched and ValueError names the reason.
 """
 
 from __future__ import annotations
 
+import io
 import os
-import re
-from dataclasses import dataclass, field
+import shutil
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-_KEY_RE = re.compile(r"^(?P<indent>[ ]*)(?P<key>[A-Za-z_][\w-]*):(?P<rest>.*)$")
-_INT_RE = re.compile(r"^-?\d+$")
+from capacity.plan_settings import PlanSettings
 
-
-def _split_eol(line: str) -> tuple[str, str]:
-    body = line.rstrip("\r\n")
-    return body, line[len(body) :]
-
-
-def _strip_comment(text: str) -> tuple[str, str]:
-    """(content, ' # comment' part) of the text after a `key:`; quotes respected."""
-    quote = None
-    for k, ch in enumerate(text):
-        if quote:
-            if ch == quote:
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "#" and (k == 0 or text[k - 1] in " \t"):
-            content = text[:k].rstrip()
-            return content, text[len(content) :]
-    content = text.rstrip()
-    return content, text[len(content) :]
-
-
-def _is_blank_or_comment(line: str) -> bool:
-    s = line.strip()
-    return not s or s.startswith("#")
+ENGINE_KEYS = (
+    "max_num_seqs",
+    "min_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "block_size_tokens",
+    "gpu_memory_utilization",
+    "kv_cache_bytes",
+)
+OWNED_PATHS = frozenset(
+    [("engine", k) for k in ENGINE_KEYS]
+    + [
+        ("pools", "hot", "num_replicas"),
+        ("pools", "cold", "max_replicas"),
+        ("pools", "cold", "initial_replicas"),
+        ("controller", "replica_capacity_rps"),
+    ]
+)
+_GIB = 1024**3
 
 
-def _indent(line: str) -> int:
-    if "\t" in line[: len(line) - len(line.lstrip())]:
-        raise ValueError("tab indentation is not supported")
-    return len(line) - len(line.lstrip(" "))
+def _yaml():
+    from ruamel.yaml import YAML
+
+    y = YAML()  # round trip
+    y.preserve_quotes = True
+    y.width = 4096  # never re-wrap a long line
+    y.indent(mapping=2, sequence=4, offset=2)  # cluster.yaml's own layout
+    y.representer.add_representer(
+        type(None), lambda rep, _: rep.represent_scalar("tag:yaml.org,2002:null", "null")
+    )
+    return y
 
 
-@dataclass
-class _Block:
-    """Children (key -> line index) of a block mapping spanning lines [start, end)."""
-
-    start: int
-    end: int
-    child_indent: int | None
-    children: dict[str, int] = field(default_factory=dict)
-
-
-def _block(lines: list[str], key_line: int) -> _Block:
-    """The block mapping under the `key:` on `key_line` (which has nothing after the colon)."""
-    parent = _indent(lines[key_line])
-    end = key_line + 1
-    while end < len(lines) and (_is_blank_or_comment(lines[end]) or _indent(lines[end]) > parent):
-        end += 1
-    while end > key_line + 1 and _is_blank_or_comment(lines[end - 1]):
-        end -= 1  # trailing comments belong to whatever follows
-    block = _Block(key_line + 1, end, None)
-    for n in range(key_line + 1, end):
-        if _is_blank_or_comment(lines[n]):
-            continue
-        ind = _indent(lines[n])
-        if block.child_indent is None:
-            block.child_indent = ind
-        if ind == block.child_indent:
-            m = _KEY_RE.match(_split_eol(lines[n])[0])
-            if not m:
-                raise ValueError(f"line {n + 1}: expected `key: value`, got {lines[n].strip()!r}")
-            if m["key"] in block.children:
-                raise ValueError(f"line {n + 1}: duplicate key {m['key']!r}")
-            block.children[m["key"]] = n
-        elif ind < block.child_indent:
-            raise ValueError(f"line {n + 1}: inconsistent indentation")
-    return block
-
-
-def _value(lines: list[str], n: int) -> str:
-    m = _KEY_RE.match(_split_eol(lines[n])[0])
-    assert m
-    return _strip_comment(m["rest"])[0].strip()
-
-
-# --- one-line flow mappings: {a: 1, b: {}} --------------------------------------------------------
-
-
-def _flow_entries(text: str, offset: int) -> tuple[dict[str, tuple[int, int]], int]:
-    """Top-level `key: value` spans of the flow mapping starting at text[offset] == '{'.
-
-    Returns ({key: (value_start, value_end)}, index of the closing brace).
-    """
-    depth, quote, entry_start = 0, None, offset + 1
-    entries: dict[str, tuple[int, int]] = {}
-
-    def add(start: int, stop: int) -> None:
-        chunk = text[start:stop]
-        if not chunk.strip():
-            return
-        if ":" not in chunk:
-            raise ValueError(f"flow mapping entry {chunk.strip()!r} has no ':'")
-        key, _, _ = chunk.partition(":")
-        key = key.strip()
-        vstart = start + chunk.index(":") + 1
-        while vstart < stop and text[vstart] == " ":
-            vstart += 1
-        vend = stop
-        while vend > vstart and text[vend - 1] == " ":
-            vend -= 1
-        if key in entries:
-            raise ValueError(f"duplicate key {key!r} in a flow mapping")
-        entries[key] = (vstart, vend)
-
-    for k in range(offset, len(text)):
-        ch = text[k]
-        if quote:
-            if ch == quote:
-                quote = None
-            continue
-        if ch in "'\"":
-            quote = ch
-        elif ch in "{[":
-            depth += 1
-        elif ch in "}]":
-            depth -= 1
-            if depth == 0:
-                add(entry_start, k)
-                return entries, k
-        elif ch == "," and depth == 1:
-            add(entry_start, k)
-            entry_start = k + 1
-    raise ValueError("flow mapping is not closed on its line")
-
-
-# --- the mapping nodes `hot` and `cold`, whichever style --------------------------------------
-
-
-class _Node:
-    """`hot` or `cold` under `pools:`: a block mapping or a one-line flow mapping."""
-
-    def __init__(self, lines: list[str], line: int, name: str) -> None:
-        self.lines, self.line, self.name = lines, line, name
-        content = _strip_comment(_KEY_RE.match(_split_eol(lines[line])[0])["rest"])[0].strip()
-        if content == "":
-            self.flow = False
-        elif content.startswith("{") and content.endswith("}"):
-            self.flow = True
-        else:
-            raise ValueError(
-                f"line {line + 1}: pools.{name} must be a mapping (block or {{...}}), "
-                f"got {content!r}"
-            )
-
-    def _int(self, key: str, raw: str) -> int:
-        if not _INT_RE.match(raw):
-            raise ValueError(f"pools.{self.name}.{key}={raw!r} is not an integer literal")
-        return int(raw)
-
-    def get(self, key: str) -> int | None:
-        if self.flow:
-            body, _ = _split_eol(self.lines[self.line])
-            entries, _ = _flow_entries(body, body.index("{"))
-            if key not in entries:
-                return None
-            a, b = entries[key]
-            return self._int(key, body[a:b])
-        children = _block(self.lines, self.line).children
-        return self._int(key, _value(self.lines, children[key])) if key in children else None
-
-    def set(self, key: str, value: int) -> None:
-        if self.flow:
-            body, eol = _split_eol(self.lines[self.line])
-            brace = body.index("{")
-            entries, close = _flow_entries(body, brace)
-            if key in entries:
-                a, b = entries[key]
-                body = body[:a] + str(value) + body[b:]
-            elif entries:
-                body = body[: brace + 1] + f"{key}: {value}, " + body[brace + 1 :]
-            else:
-                body = body[: brace + 1] + f"{key}: {value}" + body[close:]
-            self.lines[self.line] = body + eol
-            return
-        block = _block(self.lines, self.line)
-        if key in block.children:
-            n = block.children[key]
-            body, eol = _split_eol(self.lines[n])
-            m = _KEY_RE.match(body)
-            content, comment = _strip_comment(m["rest"])
-            lead = content[: len(content) - len(content.lstrip())]
-            self.lines[n] = f"{m['indent']}{key}:{lead}{value}{comment}{eol}"
-            return
-        indent = block.child_indent
-        if indent is None:
-            indent = _indent(self.lines[self.line]) + 2
-        eol = _split_eol(self.lines[self.line])[1] or "\n"
-        where = max(block.children.values()) + 1 if block.children else self.line + 1
-        self.lines.insert(where, f"{' ' * indent}{key}: {value}{eol}")
-
-
-def _find_pools(lines: list[str]) -> int:
-    candidates = []
-    for n, line in enumerate(lines):
-        if _is_blank_or_comment(line):
-            continue
-        m = _KEY_RE.match(_split_eol(line)[0])
-        if m and m["key"] == "args" and _strip_comment(m["rest"])[0].strip() == "":
-            block = _block(lines, n)
-            if "pools" in block.children:
-                candidates.append(block.children["pools"])
-    if not candidates:
-        raise ValueError("no `pools:` block under an application's `args:`")
-    if len(candidates) > 1:
-        where = ", ".join(str(c + 1) for c in candidates)
-        raise ValueError(f"more than one `pools:` block under `args:` (lines {where}); ambiguous")
-    pools = candidates[0]
-    if _value(lines, pools) != "":
-        raise ValueError(f"line {pools + 1}: `pools:` must be a block mapping, not inline")
-    return pools
-
-
-def _pool_node(lines: list[str], pools_line: int, name: str) -> _Node:
-    children = _block(lines, pools_line).children
-    unknown = set(children) - {"hot", "cold"}
-    if unknown:
-        raise ValueError(f"pools has unrecognised keys {sorted(unknown)}")
-    if name not in children:
-        raise ValueError(f"pools.{name} is missing; add it before writing replica counts")
-    return _Node(lines, children[name], name)
-
-
-def write_pools(path: str | os.PathLike, hot_replicas: int, cold_max_replicas: int) -> str:
-    """Set pools.hot.num_replicas and pools.cold.max_replicas in the cluster.yaml at `path`.
-
-    Every other byte is kept. cold.initial_replicas is clamped into [min_replicas, max_replicas].
-    Returns a human-readable summary of what changed ("no change" when nothing did). Raises
-    ValueError (file untouched) if the structure is not recognised or the numbers are invalid;
-    if the written file fails `load_cluster_yaml`, the original is restored and the error re-raised.
-    """
-    from serving.config import load_cluster_yaml
-    from serving.config.sections import ColdPool
-
-    for name, v, lo in (
-        ("hot_replicas", hot_replicas, 1),
-        ("cold_max_replicas", cold_max_replicas, 0),
-    ):
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            raise ValueError(f"{name}={v!r} must be an integer >= {lo}")
-    p = Path(path)
-    original = p.read_bytes()
-    text = original.decode("utf-8")
-    lines = text.splitlines(keepends=True)
-
-    pools = _find_pools(lines)
-    pools_block = _block(lines, pools)
-    for n in range(pools, pools_block.end):
-        content = _strip_comment(_split_eol(lines[n])[0])[0]
-        if re.search(r"(^|[\s:,{\[])[&*!]|<<:", content):
-            raise ValueError(
-                f"line {n + 1}: YAML anchors, aliases or tags in pools are not supported"
-            )
-    hot = _pool_node(lines, pools, "hot")
-    old_hot = hot.get("num_replicas")
-    hot.set("num_replicas", hot_replicas)
-    # hot.set may insert a line, so locate cold afterwards.
-    cold = _pool_node(lines, _find_pools(lines), "cold")
-    defaults = ColdPool()
-    old_max = cold.get("max_replicas")
-    cold_min = cold.get("min_replicas")
-    cold_min = defaults.min_replicas if cold_min is None else cold_min
-    if cold_max_replicas < cold_min:
+def _find_app(doc: Any, app_name: str | None) -> tuple[str, Any]:
+    apps = doc.get("applications") if isinstance(doc, Mapping) else None
+    if not isinstance(apps, list):
+        raise ValueError("not a Ray Serve config file (no 'applications' list)")
+    if app_name is not None:
+        for app in apps:
+            if isinstance(app, Mapping) and app.get("name") == app_name:
+                return app_name, app
+        names = [a.get("name") for a in apps if isinstance(a, Mapping)]
+        raise ValueError(f"no application named {app_name!r}; found {names}")
+    llm = [a for a in apps if isinstance(a, Mapping) and not _is_embed(a)]
+    if len(llm) != 1:
+        names = [a.get("name") for a in llm]
         raise ValueError(
-            f"cold_max_replicas={cold_max_replicas} is below pools.cold.min_replicas={cold_min} in "
-            f"{os.fspath(path)}; lower min_replicas first"
+            f"{len(llm)} LLM applications ({names}); name the one to write with --app NAME"
         )
-    cold.set("max_replicas", cold_max_replicas)
-    old_init = cold.get("initial_replicas")
-    init = defaults.initial_replicas if old_init is None else old_init
-    new_init = min(max(init, cold_min), cold_max_replicas)
+    return llm[0].get("name"), llm[0]
 
-    changes = []
-    if old_hot != hot_replicas:
-        changes.append(f"pools.hot.num_replicas: {old_hot} -> {hot_replicas}")
-    if old_max != cold_max_replicas:
-        changes.append(f"pools.cold.max_replicas: {old_max} -> {cold_max_replicas}")
-    if new_init != init:
-        cold.set("initial_replicas", new_init)
-        changes.append(
-            f"pools.cold.initial_replicas: {old_init} -> {new_init} "
-            f"(clamped into [min_replicas={cold_min}, max_replicas={cold_max_replicas}])"
+
+def _is_embed(app: Mapping) -> bool:
+    model = (app.get("args") or {}).get("model") or {}
+    return isinstance(model, Mapping) and model.get("task") == "embed"
+
+
+def _section(parent: Any, key: str, path: str, create: bool = True) -> Any:
+    """The mapping at parent[key], created (block style) when absent; refuses shared nodes."""
+    from ruamel.yaml.comments import CommentedMap
+
+    node = parent.get(key)
+    if node is None:
+        if not create:
+            return None
+        node = CommentedMap()
+        _set(parent, key, node)
+    if not isinstance(node, CommentedMap):
+        raise ValueError(f"{path} must be a mapping, got {node!r}")
+    anchor = getattr(node, "anchor", None)
+    if (anchor is not None and anchor.value) or getattr(node, "merge", None):
+        raise ValueError(f"{path} uses a YAML anchor, alias or merge key; edit it by hand")
+    return node
+
+
+def _set(cmap: Any, key: str, value: Any) -> None:
+    """Set cmap[key]; a new key goes last, and the blank or comment lines that followed the old
+    last key move below it (they introduce whatever comes next in the file)."""
+    if key in cmap or not cmap:
+        cmap[key] = value
+        return
+    from ruamel.yaml.tokens import CommentToken
+
+    last = list(cmap)[-1]
+    cmap[key] = value
+    slots = cmap.ca.items.get(last)
+    token = slots[2] if slots and len(slots) > 2 else None
+    if isinstance(token, CommentToken) and "\n" in token.value.rstrip("\n") + "\n":
+        head, sep, tail = token.value.partition("\n")
+        if tail:
+            token.value = head + sep
+            mark = token.start_mark
+            cmap.ca.items[key] = [None, None, CommentToken("\n" + tail, mark, None), None]
+
+
+def _reword_comment(cmap: Any, key: str, text: str) -> None:
+    """Replace the text of key's end-of-line comment, keeping its column and the lines after."""
+    from ruamel.yaml.tokens import CommentToken
+
+    slots = cmap.ca.items.get(key)
+    token = slots[2] if slots and len(slots) > 2 else None
+    if isinstance(token, CommentToken) and token.value.startswith("#"):
+        _, sep, tail = token.value.partition("\n")
+        token.value = f"# {text}{sep}{tail}"
+
+
+def _changes(cfg_before: dict, cfg_after: dict) -> list[str]:
+    out = []
+    for path in sorted(OWNED_PATHS):
+        old, new = _get(cfg_before, path), _get(cfg_after, path)
+        if old != new:
+            out.append(f"{'.'.join(path)}: {old} -> {new}")
+    return out
+
+
+def _get(data: Any, path: tuple[str, ...]) -> Any:
+    for part in path:
+        if not isinstance(data, Mapping) or part not in data:
+            return None
+        data = data[part]
+    return data
+
+
+def _strip_owned(data: Any, path: tuple[str, ...] = ()) -> Any:
+    """The data without the owned keys (and without sections only they filled)."""
+    if isinstance(data, Mapping):
+        out = {k: _strip_owned(v, (*path, k)) for k, v in data.items()}
+        return {
+            k: v
+            for k, v in out.items()
+            if (*path, k) not in OWNED_PATHS and not (v == {} and data[k] != {})
+        }
+    if isinstance(data, list):
+        return [_strip_owned(v, path) for v in data]
+    return data
+
+
+def _apply(args: Any, s: PlanSettings) -> str | None:
+    """Set the owned values in the app's `args`; returns a note on what was not written."""
+    engine = _section(args, "engine", "engine")
+    for key, value in s.engine_values().items():
+        _set(engine, key, value)
+    if s.kv_cache_bytes is None:
+        comment = "null: sized from device memory after weights + warm-up (GPU)"
+    else:
+        comment = f"{s.kv_cache_bytes / _GIB:.2f} GiB of KV cache per replica (capacity plan)"
+    _reword_comment(engine, "kv_cache_bytes", comment)  # its old comment spelled the old size
+    pools = _section(args, "pools", "pools")
+    hot, cold = _section(pools, "hot", "pools.hot"), _section(pools, "cold", "pools.cold")
+    _set(hot, "num_replicas", s.hot_replicas)
+    cold_min = cold.get("min_replicas", 0)
+    if not isinstance(cold_min, int) or s.cold_max_replicas < cold_min:
+        raise ValueError(
+            f"cold_max_replicas={s.cold_max_replicas} is below pools.cold.min_replicas="
+            f"{cold_min}; lower min_replicas first"
         )
-    if not changes:
+    _set(cold, "max_replicas", s.cold_max_replicas)
+    init = cold.get("initial_replicas", 1)
+    if isinstance(init, int) and not cold_min <= init <= s.cold_max_replicas:
+        _set(cold, "initial_replicas", min(max(init, cold_min), s.cold_max_replicas))
+    controller = _section(args, "controller", "controller", create=False)
+    if controller is None:
         return (
-            f"{os.fspath(path)}: no change "
-            f"(pools already hot={hot_replicas}, cold max={cold_max_replicas})"
+            "controller.replica_capacity_rps not written (no controller section; adding one "
+            f"would turn the controller on): planned {s.replica_capacity_rps} req/s per replica"
         )
+    _set(controller, "replica_capacity_rps", s.replica_capacity_rps)
+    return None
 
-    new_text = "".join(lines)
-    p.write_bytes(new_text.encode("utf-8"))
+
+def render_plan(text: str, settings: PlanSettings, app_name: str | None = None):
+    """(new text, app name, note or None) with the plan's values set; ValueError if unrecognised."""
+    from ruamel.yaml import YAMLError
+
+    y = _yaml()
     try:
-        cfg = load_cluster_yaml(p)
-        if (cfg.pools.hot.num_replicas, cfg.pools.cold.max_replicas) != (
-            hot_replicas,
-            cold_max_replicas,
-        ):
-            raise ValueError(
-                "the edited file does not read back the new numbers "
-                f"(hot={cfg.pools.hot.num_replicas}, cold max={cfg.pools.cold.max_replicas})"
-            )
-    except Exception as err:
-        p.write_bytes(original)
-        raise ValueError(f"{os.fspath(path)}: edit rolled back, file unchanged: {err}") from err
-    return f"{os.fspath(path)}: " + "; ".join(changes)
+        doc = y.load(text)
+    except YAMLError as err:
+        raise ValueError(f"not valid YAML: {err}") from None
+    name, app = _find_app(doc, app_name)
+    args = app.get("args")
+    if args is None:
+        raise ValueError(f"application {name!r} has no `args:` section")
+    note = _apply(_section(app, "args", "args"), settings)
+    out = io.StringIO()
+    y.dump(doc, out)
+    return out.getvalue(), name, note
+
+
+def write_plan(path: str | os.PathLike, settings: PlanSettings, app_name: str | None = None) -> str:
+    """Write the plan's values into the cluster.yaml at `path`; returns a summary of changes."""
+    import yaml
+
+    from serving.config import load_cluster_yaml
+
+    if settings.hot_replicas < 1:
+        raise ValueError(f"hot_replicas={settings.hot_replicas} must be >= 1")
+    p = Path(path)
+    text = p.read_text(encoding="utf-8")
+    new_text, name, note = render_plan(text, settings, app_name)
+    before, after = yaml.safe_load(text), yaml.safe_load(new_text)
+    apps = {a.get("name"): a.get("args") for a in after["applications"]}
+    old_apps = {a.get("name"): a.get("args") for a in before["applications"]}
+    if _strip_owned(old_apps[name]) != _strip_owned(apps[name]) or [
+        a for a in before["applications"] if a.get("name") != name
+    ] != [a for a in after["applications"] if a.get("name") != name]:
+        raise ValueError("the edit changed keys it does not own; file untouched")
+    changes = _changes(old_apps[name] or {}, apps[name] or {})
+    suffix = f"; {note}" if note else ""
+    if not changes:
+        return f"{os.fspath(path)}: no change{suffix}"
+    fd, tmp = tempfile.mkstemp(prefix=".plan-", suffix=".yaml", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(new_text)
+        try:
+            load_cluster_yaml(tmp, name)
+        except ValueError as err:
+            raise ValueError(f"{os.fspath(path)}: not written, file unchanged: {err}") from None
+        shutil.copymode(p, tmp)
+        os.replace(tmp, p)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return f"{os.fspath(path)}: " + "; ".join(changes) + suffix

@@ -20,7 +20,19 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
         "--write-cluster-yaml",
         metavar="PATH",
         default=None,
-        help="set pools.hot.num_replicas / pools.cold.max_replicas in this cluster.yaml in place",
+        help="write the plan's engine limits, pool sizes and per-replica capacity into this "
+        "cluster.yaml in place (comments and layout kept)",
+    )
+    p.add_argument(
+        "--app",
+        default=None,
+        help="with --write-cluster-yaml: the application to write (default: the only LLM app)",
+    )
+    p.add_argument(
+        "--pin-kv-bytes",
+        action="store_true",
+        help="with --write-cluster-yaml: write the plan's KV region as engine.kv_cache_bytes "
+        "instead of null (null: a GPU replica sizes KV from its measured free memory)",
     )
 
 
@@ -40,12 +52,12 @@ def write_plan_outputs(args: argparse.Namespace, inputs: PlanInputs, result: Pla
             print(f"error: --plot: {exc}", file=sys.stderr)
             rc = 2
     if getattr(args, "write_cluster_yaml", None):
-        from capacity.cluster_yaml import write_pools
+        from capacity.cluster_yaml import write_plan
+        from capacity.plan_settings import plan_settings
 
         try:
-            summary = write_pools(
-                args.write_cluster_yaml, result.hot_replicas, result.cold_max_replicas
-            )
+            settings = plan_settings(result, pin_kv_bytes=getattr(args, "pin_kv_bytes", False))
+            summary = write_plan(args.write_cluster_yaml, settings, getattr(args, "app", None))
             print(f"updated {summary}", file=out)
         except (ValueError, OSError) as exc:
             print(f"error: --write-cluster-yaml: {exc}", file=sys.stderr)

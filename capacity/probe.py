@@ -28,6 +28,7 @@ class GpuSample:
     memory_used_bytes: int
     memory_total_bytes: int
     utilization_pct: float
+    power_w: float = float("nan")  # NaN where NVML cannot read the power draw
 
 
 class _NoGpu(Exception):
@@ -63,12 +64,17 @@ def _sample(index: int) -> tuple[GpuSample, str]:
         utilization = float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
     except pynvml.NVMLError:  # e.g. not supported on a MIG-enabled device
         utilization = float("nan")
+    try:
+        power_w = pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0  # milliwatts
+    except pynvml.NVMLError:  # MIG instances and some boards do not report it
+        power_w = float("nan")
     sample = GpuSample(
         index=index,
         name=_text(pynvml.nvmlDeviceGetName(handle)),
         memory_used_bytes=int(memory.used),
         memory_total_bytes=int(memory.total),
         utilization_pct=utilization,
+        power_w=float(power_w),
     )
     return sample, _text(pynvml.nvmlDeviceGetUUID(handle))
 
@@ -121,6 +127,7 @@ def describe_devices() -> str:
         lines.append(
             f"GPU {s.index}: {s.name}, {s.memory_used_bytes / _GIB:.1f} / "
             f"{s.memory_total_bytes / _GIB:.1f} GiB used, utilization {util}"
+            + ("" if math.isnan(s.power_w) else f", {s.power_w:.0f} W")
         )
     return "\n".join(lines)
 

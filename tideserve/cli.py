@@ -4,6 +4,7 @@
     tideserve calibrate ...   measure step costs on this device (python -m capacity calibrate)
     tideserve replay ...      replay a traffic trace (python -m autoscaling replay)
     tideserve status ...      the live forecast autoscaler (python -m autoscaling status)
+    tideserve doctor ...      R10 triage of a running app: the one knob to turn
 
 Each command keeps its `python -m` form; `tideserve <command> --help` shows its options and
 their defaults.
@@ -27,12 +28,19 @@ def _autoscaling(argv: list[str]) -> int:
     return main(argv)
 
 
+def _doctor(argv: list[str]) -> int:
+    from serving.llm.doctor_cli import main
+
+    return main(argv[1:])
+
+
 # command -> (runner taking the full argv of its `python -m` form, one-line help)
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "plan": (_capacity, "memory budget, roofline throughput and replicas at peak"),
     "calibrate": (_capacity, "measure engine step costs on this device, save a profile"),
     "replay": (_autoscaling, "replay a traffic trace through the policies"),
     "status": (_autoscaling, "forecast, targets and last reasons of the live autoscaler"),
+    "doctor": (_doctor, "R10 triage of a running app: config, memory, queue, compute"),
 }
 
 

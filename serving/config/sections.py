@@ -89,7 +89,7 @@ class ModelSection:
 
 @dataclass(frozen=True, slots=True)
 class TierConfig:
-    """SLOs and queue bounds of one tier. No field defaults: each tier's live in DEFAULT_TIERS."""
+    """SLOs and queue bounds of one tier. Each tier's defaults live in DEFAULT_TIERS."""
 
     _owner: ClassVar[str] = "TierConfig"
 
@@ -98,6 +98,9 @@ class TierConfig:
     e2e_p99_s: float  # end-to-end latency SLO
     max_queue_wait_s: float  # a request waiting longer for admission fails with a timeout
     max_waiting: int  # requests of the tier waiting in one replica; beyond it the replica refuses
+    # Gap between two tokens of one stream; the concurrency tuner keeps a step's time under it
+    # (serving/engine/tuner.py). null: no inter-token target for this tier.
+    itl_p99_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("ttft_p99_s", "e2e_p99_s", "max_queue_wait_s"):
@@ -105,18 +108,25 @@ class TierConfig:
         check_range(self._owner, "max_waiting", self.max_waiting, 0, None, integer=True)
         # The first token cannot be due after the last one.
         check_order(self._owner, ("ttft_p99_s", self.ttft_p99_s), ("e2e_p99_s", self.e2e_p99_s))
+        if self.itl_p99_s is not None:
+            _check_seconds(self._owner, "itl_p99_s", self.itl_p99_s)
+            check_order(self._owner, ("itl_p99_s", self.itl_p99_s), ("e2e_p99_s", self.e2e_p99_s))
 
 
 DEFAULT_TIERS: Mapping[str, TierConfig] = MappingProxyType(
     {
         "interactive": TierConfig(
-            ttft_p99_s=1.0, e2e_p99_s=20.0, max_queue_wait_s=10.0, max_waiting=64
+            ttft_p99_s=1.0, e2e_p99_s=20.0, max_queue_wait_s=10.0, max_waiting=64, itl_p99_s=0.5
         ),
         "analytical": TierConfig(
-            ttft_p99_s=10.0, e2e_p99_s=120.0, max_queue_wait_s=60.0, max_waiting=256
+            ttft_p99_s=10.0, e2e_p99_s=120.0, max_queue_wait_s=60.0, max_waiting=256, itl_p99_s=2.0
         ),
         "offline": TierConfig(
-            ttft_p99_s=600.0, e2e_p99_s=3600.0, max_queue_wait_s=3600.0, max_waiting=1024
+            ttft_p99_s=600.0,
+            e2e_p99_s=3600.0,
+            max_queue_wait_s=3600.0,
+            max_waiting=1024,
+            itl_p99_s=30.0,
         ),
     }
 )

@@ -19,9 +19,10 @@ _OWNER = "EngineConfig"
 class EngineConfig:
     """How one engine admits, schedules and stores KV.
 
-    KV budget: `num_kv_blocks` if given, else `kv_cache_bytes`, else (CUDA)
-    `kv_cache_memory_fraction` of the memory free after loading weights, else (CPU) room for
-    `max_num_seqs` full-length sequences capped at `cpu_kv_cache_max_bytes`.
+    KV budget: `num_kv_blocks` if given, else `kv_cache_bytes`, else (CUDA) what is left of
+    `gpu_memory_utilization` x device memory after the weights and the activation peak of a
+    warm-up pass (serving/engine/kv_budget.py), else (CPU) room for `max_num_seqs` full-length
+    sequences capped at `cpu_kv_cache_max_bytes`.
     Every byte count goes through `capacity.memory`.
     """
 
@@ -32,8 +33,9 @@ class EngineConfig:
     # The KV budget as a number of blocks; overrides every other sizing key below.
     num_kv_blocks: int | None = None
     kv_cache_bytes: int | None = None  # the KV budget in bytes (used when num_kv_blocks is null)
-    # CUDA, with neither of the above: this share of the memory free after loading the weights.
-    kv_cache_memory_fraction: float = 0.85
+    # CUDA, with neither of the above: the share of the device's memory this engine may hold
+    # (weights, a warm-up pass's activations and KV; vLLM's meaning), plan --utilization.
+    gpu_memory_utilization: float = 0.9
     # CPU, with neither of the above: room for max_num_seqs full-length sequences, capped here.
     cpu_kv_cache_max_bytes: int = 2 * 2**30
     # The concurrency window slides from max_num_seqs (KV use <= kv_low_watermark) down to
@@ -53,6 +55,10 @@ class EngineConfig:
     on_demand_free_fraction: float = 0.02
     # Default queue deadline for requests that name none (None: wait as long as it takes).
     max_queue_wait_s: float | None = None
+    # R7 for continuous batching (serving/engine/tuner.py): move max_num_seqs and
+    # max_num_batched_tokens to keep TTFT and inter-token p99 inside the tiers' SLOs.
+    tuner: bool = False
+    tuner_interval_s: float = 5.0  # seconds of traffic behind each tuner decision
     dtype: str = "auto"  # weights and KV cache; auto: bfloat16 on CUDA, float32 on CPU
     device: str = "auto"  # auto, cpu, cuda or cuda:N; auto: CUDA when one is visible
     # paged: our packed paged-attention runner; hf: one transformers forward per request;
@@ -71,8 +77,8 @@ class EngineConfig:
             check_range(_OWNER, "kv_cache_bytes", self.kv_cache_bytes, 1, None, integer=True)
         check_range(
             _OWNER,
-            "kv_cache_memory_fraction",
-            self.kv_cache_memory_fraction,
+            "gpu_memory_utilization",
+            self.gpu_memory_utilization,
             0.0,
             1.0,
             lo_open=True,
@@ -93,5 +99,8 @@ class EngineConfig:
         check_range(_OWNER, "on_demand_free_fraction", self.on_demand_free_fraction, 0.0, 0.5)
         if self.max_queue_wait_s is not None:
             check_range(_OWNER, "max_queue_wait_s", self.max_queue_wait_s, 0.0, None, lo_open=True)
+        if not isinstance(self.tuner, bool):
+            raise ValueError(f"{_OWNER}.tuner={self.tuner!r} must be true or false")
+        check_range(_OWNER, "tuner_interval_s", self.tuner_interval_s, 0.0, 3600.0, lo_open=True)
         if not isinstance(self.device, str) or not self.device:
             raise ValueError(f"{_OWNER}.device={self.device!r} must be 'auto', 'cpu' or 'cuda[:N]'")

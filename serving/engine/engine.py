@@ -13,13 +13,14 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from serving.engine import loader
 from serving.engine.config import EngineConfig
 from serving.engine.driver import AsyncDriver
 from serving.engine.features import check_model
 from serving.engine.grammar import GrammarCompiler
+from serving.engine.kv_budget import measure_cuda
 from serving.engine.ledger import KVLedger, concurrency_limit
 from serving.engine.outputs import RequestOutput, StreamDelta
 from serving.engine.runner import HFRunner, PagedRunner, Runner
@@ -64,7 +65,9 @@ class LLMEngine:
         )
         check_model(mc, "paged" if use_paged else "hf")  # refuse by name what we cannot serve
         self.max_model_len = loader.resolve_max_model_len(cfg, mc)
-        num_blocks = loader.num_kv_blocks(cfg, mc, self.dtype, self.device, self.max_model_len)
+        num_blocks = loader.num_kv_blocks(
+            cfg, mc, self.dtype, self.device, self.max_model_len, self._warmup_reader(model)
+        )
         self.pool = loader.make_block_pool(cfg, mc, num_blocks)
         self.ledger = KVLedger(
             self.pool, cfg.kv_mode, cfg.on_demand_free_fraction, cfg.max_num_batched_tokens
@@ -85,7 +88,20 @@ class LLMEngine:
         self._ids = itertools.count()
         self.tracker = StatsTracker()
         self.step_log: deque[StepTiming] = deque(maxlen=8192)
+        self.num_arrivals = 0  # requests taken from the inbox, ever
+        # Called after every step as observer.on_step(engine, now, step_s, batch, touched), on
+        # the stepping thread (the concurrency tuner's window: serving/engine/tuning.py).
+        self.observers: list = []
+        self._configured_min_num_seqs = cfg.min_num_seqs
         self._driver = AsyncDriver(self)
+
+    def _warmup_reader(self, model):
+        """On CUDA: a warm-up forward of the largest step, then free memory (kv_budget.py)."""
+        cfg, device = self.config, self.device
+        # Logits for as many rows as a step can hold tokens: the tuner may raise max_num_seqs,
+        # never the token budget past this (serving/engine/tuning.py).
+        tokens = cfg.max_num_batched_tokens
+        return lambda: measure_cuda(model, device, tokens, tokens)
 
     @classmethod
     def from_pretrained(
@@ -202,6 +218,7 @@ class LLMEngine:
             op, item = self._inbox.popleft()
             if op == "add":
                 self.scheduler.add(item)  # type: ignore[arg-type]
+                self.num_arrivals += 1
                 continue
             seq = self.scheduler.abort(item)  # type: ignore[arg-type]
             if seq is not None:
@@ -237,6 +254,23 @@ class LLMEngine:
             self.step_log.append(
                 StepTiming(len(batch.seqs), batch.num_tokens, step_s, self.runner.last_forward_s)
             )
+        for observer in self.observers:
+            observer.on_step(self, now, step_s, batch, touched)
+
+    def set_limits(self, max_num_seqs: int, max_num_batched_tokens: int) -> None:
+        """Move the concurrency ceiling and the per-step token budget (the tuner's knobs); the
+        next step schedules with them. The window's floor follows a ceiling set below it. One
+        sequence's chunk stays within the ledger's chunk_tokens (the configured budget), which
+        its reservations were sized for."""
+        floor = min(self._configured_min_num_seqs, max_num_seqs)
+        cfg = replace(
+            self.config,
+            max_num_seqs=max_num_seqs,
+            min_num_seqs=floor,
+            max_num_batched_tokens=max_num_batched_tokens,
+        )
+        self.config = cfg
+        self.scheduler.config = cfg
 
     @property
     def num_live_requests(self) -> int:

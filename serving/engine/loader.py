@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 
 import torch
 
@@ -11,6 +12,7 @@ from capacity import memory
 from serving.engine import kv_cache
 from serving.engine.config import EngineConfig
 from serving.engine.kv_blocks import BlockPool
+from serving.engine.kv_budget import MemoryReading, kv_budget_bytes
 
 log = logging.getLogger(__name__)
 
@@ -117,9 +119,17 @@ def resolve_max_model_len(cfg: EngineConfig, model_config) -> int:
 
 
 def num_kv_blocks(
-    cfg: EngineConfig, model_config, dtype: torch.dtype, device: torch.device, max_model_len: int
+    cfg: EngineConfig,
+    model_config,
+    dtype: torch.dtype,
+    device: torch.device,
+    max_model_len: int,
+    read_memory: Callable[[], MemoryReading] | None = None,
 ) -> int:
-    """Blocks in the KV region, each sized by capacity.memory (the one formula)."""
+    """Blocks in the KV region, each sized by capacity.memory (the one formula).
+
+    On CUDA with no explicit size, `read_memory` (a warm-up pass, then the device's free memory:
+    kv_budget.measure_cuda) gives what is left for KV."""
     bs = cfg.block_size_tokens
     per_block = memory.block_bytes(model_config, dtype, bs)
     if cfg.num_kv_blocks is not None:
@@ -127,8 +137,9 @@ def num_kv_blocks(
     if cfg.kv_cache_bytes is not None:
         budget = cfg.kv_cache_bytes
     elif device.type == "cuda":
-        free_bytes, _ = torch.cuda.mem_get_info(device)
-        budget = int(free_bytes * cfg.kv_cache_memory_fraction)
+        if read_memory is None:
+            raise ValueError("sizing KV on a GPU needs a memory reading after the warm-up pass")
+        budget = kv_budget_bytes(read_memory(), cfg.gpu_memory_utilization)
     else:
         windows = memory.paging_layout(model_config).group_windows
         per_seq = memory.seq_blocks(windows, max_model_len, bs, cfg.max_num_batched_tokens)

@@ -51,6 +51,9 @@ class Scheduler:
         self.ledger = ledger
         self.waiting: dict[Tier, deque[Sequence]] = {t: deque() for t in Tier}
         self.running: list[Sequence] = []
+        # Why the last admission pass stopped: "empty" | "ceiling" | "kv" | "budget" |
+        # "offline". The concurrency tuner (serving/engine/tuning.py) counts which limit binds.
+        self.stop_reason = "empty"
 
     # ----- bookkeeping -------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -137,9 +140,11 @@ class Scheduler:
         self, now: float, budget: int, batch: ScheduledBatch, chunks: list[tuple[Sequence, int]]
     ) -> int:
         cfg = self.config
+        self.stop_reason = "empty"
         for tier in Tier:
             queue = self.waiting[tier]
             if tier is Tier.OFFLINE and self.ledger.use_fraction >= cfg.offline_idle_fraction:
+                self.stop_reason = "offline" if queue else self.stop_reason
                 return budget
             while queue and budget > 0:
                 limit = concurrency_limit(
@@ -150,12 +155,16 @@ class Scheduler:
                     cfg.kv_high_watermark,
                 )
                 if len(self.running) >= limit:
+                    # Below max_num_seqs the KV watermark slid the window down: KV binds.
+                    self.stop_reason = "ceiling" if limit >= cfg.max_num_seqs else "kv"
                     return budget
                 if tier is Tier.OFFLINE and self._num_offline() >= self._offline_cap(limit):
+                    self.stop_reason = "offline"
                     return budget
                 seq = queue[0]
                 chunk = min(seq.num_uncomputed_tokens, budget, self.ledger.chunk_tokens)
                 if not self.ledger.can_admit(seq, chunk):
+                    self.stop_reason = "kv"
                     return budget  # the head waits; lower tiers may not overtake it
                 queue.popleft()
                 self.ledger.admit(seq)
@@ -169,6 +178,9 @@ class Scheduler:
                 self.running.append(seq)
                 chunks.append((seq, chunk))
                 budget -= chunk
+            if queue:  # the loop ended on the token budget
+                self.stop_reason = "budget"
+                return budget
         return budget
 
     def _num_offline(self) -> int:

@@ -2,6 +2,7 @@
 
     ingress ──GenerateRequest──▶ replica.generate_stream ──▶ Refusal | Failure | Delta, Delta...
     ingress ◀── ReplicaInfo ──── replica.info()
+    doctor  ◀── ReplicaReading ─ replica.reading()   (config, KV ledger, the last step window)
     replica ──ReplicaReport────▶ forecast controller (queue signals for the emergency path)
     ingress ──Completion / Delta──▶ handle callers in other Ray apps
 
@@ -12,11 +13,17 @@ the first `Delta` (admitted; more deltas follow until one has `finished`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from common.tiers import check_tier
 from serving.engine.outputs import TokenLogprob
 from serving.engine.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from capacity.probe import GpuSample
+    from serving.config import AppConfig
+    from serving.engine.window import WindowSummary
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,3 +122,39 @@ class ReplicaReport:
     num_running: int = 0
     queue_wait_p99_s: float = 0.0
     kv_use_fraction: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaReading:
+    """What `tideserve doctor` reads from one replica: its config and the numbers its metrics
+    export (KV ledger now, latencies and rates over its last completed step window)."""
+
+    pool: str
+    replica_id: str
+    fingerprint: str
+    config: AppConfig
+    kv_blocks_total: int
+    kv_blocks_used: int
+    kv_blocks_reserved: int
+    block_size_tokens: int
+    kv_bytes_per_token: int
+    max_num_seqs: int  # the ceiling now (the tuner may have moved it)
+    max_num_batched_tokens: int
+    concurrency_limit: int  # the ceiling after the KV watermark slide
+    num_running: int
+    num_waiting: int
+    avg_seq_len_tokens: float  # running sequences, now
+    num_preemptions: int
+    num_timeouts: int
+    window: WindowSummary | None  # None until the first window closed
+    refused_per_s: float = 0.0  # admission refusals over that window: demand turned away
+    tuner_last: str | None = None  # the tuner's last move and why; None: tuner off
+    gpus: tuple[GpuSample, ...] = field(default=())
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.kv_blocks_total * self.block_size_tokens
+
+    @property
+    def kv_use_fraction(self) -> float:
+        return max(self.kv_blocks_used, self.kv_blocks_reserved) / max(self.kv_blocks_total, 1)

@@ -1,10 +1,15 @@
 """Serve metrics per pool and tier (Prometheus through Ray's metrics agent) and the R10 warning.
 
 Every name below is exported by Ray with the prefix `ray_`: `tideserve_kv_pressure` is scraped as
-`ray_tideserve_kv_pressure`, a histogram `tideserve_ttft_seconds` as
-`ray_tideserve_ttft_seconds_bucket` / `_sum` / `_count`, a counter `tideserve_preemptions` as
-`ray_tideserve_preemptions_total`. Inside a replica Serve adds the tags `deployment`, `replica`
-and `application`; ours are `pool` (hot | cold) and, where it applies, `tier` or `gpu`.
+`ray_tideserve_kv_pressure`, a histogram `vllm_time_to_first_token_seconds` as
+`ray_vllm_time_to_first_token_seconds_bucket` / `_sum` / `_count`, a counter `vllm_num_preemptions`
+as `ray_vllm_num_preemptions_total`. Where vLLM has a metric of the same meaning we use the name
+it exports through Ray (vLLM's `vllm:x` becomes `vllm_x` there, since Ray no longer accepts `:`
+in metric names), with its `model_name` label, so Ray Serve LLM's own Grafana panels
+(`ray_vllm_num_requests_running`, `ray_vllm_time_to_first_token_seconds_bucket`, ...) read
+tideserve replicas too; the rest are `tideserve_*`. Inside a replica Serve adds the tags
+`deployment`, `replica` and `application`; ours are `pool` (hot | cold), `model_name` (vLLM's
+label) and, where it applies, `tier`, `gpu`, `finished_reason`, `status`, `action` / `knob`.
 
 The R10 early warning, "OOM although memory looks free":
 
@@ -29,14 +34,22 @@ if TYPE_CHECKING:
     from capacity.probe import GpuSample
     from serving.engine import EngineStats
 
-TTFT = "tideserve_ttft_seconds"
-E2E_LATENCY = "tideserve_e2e_latency_seconds"
-QUEUE_WAIT = "tideserve_queue_wait_seconds"
+# vLLM's names, as vLLM exports them through Ray (ray_vllm_*), where the meaning is the same.
+TTFT = "vllm_time_to_first_token_seconds"
+E2E_LATENCY = "vllm_e2e_request_latency_seconds"
+QUEUE_WAIT = "vllm_request_queue_time_seconds"
+DECODE_TIME = "vllm_request_decode_time_seconds"
+RUNNING_SEQS = "vllm_num_requests_running"
+WAITING_SEQS = "vllm_num_requests_waiting"
+KV_USAGE = "vllm_kv_cache_usage_perc"
+PREEMPTIONS = "vllm_num_preemptions"
+PROMPT_TOKENS = "vllm_prompt_tokens"
+GENERATION_TOKENS = "vllm_generation_tokens"
+REQUEST_SUCCESS = "vllm_request_success"
+# Ours: what vLLM has no metric for.
 KV_BLOCKS_USED = "tideserve_kv_blocks_used"
 KV_BLOCKS_RESERVED = "tideserve_kv_blocks_reserved"
 KV_BLOCKS_TOTAL = "tideserve_kv_blocks_total"
-RUNNING_SEQS = "tideserve_running_seqs"
-WAITING_SEQS = "tideserve_waiting_seqs"
 TOKENS_PER_SECOND = "tideserve_tokens_per_second"
 CONCURRENCY_LIMIT = "tideserve_concurrency_limit"
 AVG_SEQ_LEN = "tideserve_avg_seq_len_tokens"
@@ -44,44 +57,58 @@ KV_PRESSURE = "tideserve_kv_pressure"
 KV_PRESSURE_AT_LIMIT = "tideserve_kv_pressure_at_limit"
 ENGINE_QUEUE_WAIT_P50 = "tideserve_engine_queue_wait_p50_seconds"
 ENGINE_QUEUE_WAIT_P99 = "tideserve_engine_queue_wait_p99_seconds"
-PREEMPTIONS = "tideserve_preemptions"
 TIMEOUTS = "tideserve_request_timeouts"
+REQUESTS = "tideserve_requests"
+TUNER_MAX_NUM_SEQS = "tideserve_tuner_max_num_seqs"
+TUNER_BATCHED_TOKENS = "tideserve_tuner_max_num_batched_tokens"
+TUNER_MOVES = "tideserve_tuner_moves"
 GPU_UTILIZATION = "tideserve_gpu_utilization_pct"
 GPU_MEMORY_USED = "tideserve_gpu_memory_used_bytes"
 GPU_MEMORY_TOTAL = "tideserve_gpu_memory_total_bytes"
+GPU_POWER = "tideserve_gpu_power_watts"
 
-POOL, TIER, GPU = "pool", "tier", "gpu"
+POOL, MODEL, TIER, GPU = "pool", "model_name", "tier", "gpu"
+REASON, STATUS, ACTION, KNOB = "finished_reason", "status", "action", "knob"
+# How a request ended at the replica (tideserve_requests{status}).
+STATUSES = ("ok", "refused", "timeout", "invalid", "aborted")
+_BASE = (POOL, MODEL)
 
 # name -> (kind, tag keys, description)
 METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
-    TTFT: ("histogram", (POOL, TIER), "Time to first token, from arrival at the replica."),
-    E2E_LATENCY: ("histogram", (POOL, TIER), "Arrival at the replica to the last token."),
-    QUEUE_WAIT: ("histogram", (POOL, TIER), "Arrival to admission into the running batch."),
-    KV_BLOCKS_USED: ("gauge", (POOL,), "KV blocks holding tokens."),
-    KV_BLOCKS_RESERVED: ("gauge", (POOL,), "KV blocks promised to admitted requests."),
-    KV_BLOCKS_TOTAL: ("gauge", (POOL,), "KV blocks in the pre-allocated pool."),
-    RUNNING_SEQS: ("gauge", (POOL, TIER), "Sequences admitted and decoding."),
-    WAITING_SEQS: ("gauge", (POOL, TIER), "Sequences waiting for admission."),
-    TOKENS_PER_SECOND: ("gauge", (POOL,), "Generated tokens per second (rolling window)."),
-    CONCURRENCY_LIMIT: ("gauge", (POOL,), "Current cap on running sequences."),
-    AVG_SEQ_LEN: ("gauge", (POOL,), "Average length (tokens) of the running sequences."),
+    TTFT: ("histogram", (*_BASE, TIER), "Time to first token, from arrival at the replica."),
+    E2E_LATENCY: ("histogram", (*_BASE, TIER), "Arrival at the replica to the last token."),
+    QUEUE_WAIT: ("histogram", (*_BASE, TIER), "Arrival to admission into the running batch."),
+    DECODE_TIME: ("histogram", (*_BASE, TIER), "First token to last token."),
+    RUNNING_SEQS: ("gauge", (*_BASE, TIER), "Sequences admitted and decoding."),
+    WAITING_SEQS: ("gauge", (*_BASE, TIER), "Sequences waiting for admission."),
+    KV_USAGE: ("gauge", _BASE, "KV-cache usage (used or reserved blocks), 1 = 100%."),
+    PREEMPTIONS: ("counter", _BASE, "Sequences preempted (recomputed) for lack of KV blocks."),
+    PROMPT_TOKENS: ("counter", _BASE, "Prompt tokens of admitted requests."),
+    GENERATION_TOKENS: ("counter", _BASE, "Generated tokens (rate() = tokens/s)."),
+    REQUEST_SUCCESS: ("counter", (*_BASE, REASON), "Finished requests by finish reason."),
+    KV_BLOCKS_USED: ("gauge", _BASE, "KV blocks holding tokens."),
+    KV_BLOCKS_RESERVED: ("gauge", _BASE, "KV blocks promised to admitted requests."),
+    KV_BLOCKS_TOTAL: ("gauge", _BASE, "KV blocks in the pre-allocated pool."),
+    TOKENS_PER_SECOND: ("gauge", _BASE, "Generated tokens per second (rolling window)."),
+    CONCURRENCY_LIMIT: ("gauge", _BASE, "Current cap on running sequences."),
+    AVG_SEQ_LEN: ("gauge", _BASE, "Average length (tokens) of the running sequences."),
     KV_PRESSURE: (
         "gauge",
-        (POOL,),
+        _BASE,
         "running x avg seq len / KV capacity tokens; > 1: the cap is above what KV holds.",
     ),
-    KV_PRESSURE_AT_LIMIT: (
-        "gauge",
-        (POOL,),
-        "concurrency limit x avg seq len / KV capacity tokens.",
-    ),
-    ENGINE_QUEUE_WAIT_P50: ("gauge", (POOL,), "Engine queue wait p50 (rolling window)."),
-    ENGINE_QUEUE_WAIT_P99: ("gauge", (POOL,), "Engine queue wait p99 (rolling window)."),
-    PREEMPTIONS: ("counter", (POOL,), "Sequences preempted (recomputed) for lack of KV blocks."),
-    TIMEOUTS: ("counter", (POOL,), "Requests that timed out waiting in the engine."),
-    GPU_UTILIZATION: ("gauge", (POOL, GPU), "GPU utilization percent (NVML)."),
-    GPU_MEMORY_USED: ("gauge", (POOL, GPU), "GPU memory used, bytes (NVML)."),
-    GPU_MEMORY_TOTAL: ("gauge", (POOL, GPU), "GPU memory total, bytes (NVML)."),
+    KV_PRESSURE_AT_LIMIT: ("gauge", _BASE, "concurrency limit x avg seq len / KV capacity tokens."),
+    ENGINE_QUEUE_WAIT_P50: ("gauge", _BASE, "Engine queue wait p50 (rolling window)."),
+    ENGINE_QUEUE_WAIT_P99: ("gauge", _BASE, "Engine queue wait p99 (rolling window)."),
+    TIMEOUTS: ("counter", _BASE, "Requests that timed out waiting in the engine."),
+    REQUESTS: ("counter", (*_BASE, STATUS), f"Requests by outcome at the replica: {STATUSES}."),
+    TUNER_MAX_NUM_SEQS: ("gauge", _BASE, "Concurrency ceiling set by the tuner."),
+    TUNER_BATCHED_TOKENS: ("gauge", _BASE, "Per-step token budget set by the tuner."),
+    TUNER_MOVES: ("counter", (*_BASE, ACTION, KNOB), "Tuner decisions by action and knob."),
+    GPU_UTILIZATION: ("gauge", (*_BASE, GPU), "GPU utilization percent (NVML)."),
+    GPU_MEMORY_USED: ("gauge", (*_BASE, GPU), "GPU memory used, bytes (NVML)."),
+    GPU_MEMORY_TOTAL: ("gauge", (*_BASE, GPU), "GPU memory total, bytes (NVML)."),
+    GPU_POWER: ("gauge", (*_BASE, GPU), "GPU power draw, watts (NVML)."),
 }
 
 
@@ -100,6 +127,7 @@ def engine_gauges(stats: EngineStats, avg_seq_len_tokens: float) -> dict[str, fl
     """Pool-level gauge values of one engine snapshot (per-tier counts are separate)."""
     capacity_tokens = stats.num_kv_blocks_total * stats.block_size_tokens
     return {
+        KV_USAGE: stats.kv_use_fraction,
         KV_BLOCKS_USED: stats.num_kv_blocks_used,
         KV_BLOCKS_RESERVED: stats.num_kv_blocks_reserved,
         KV_BLOCKS_TOTAL: stats.num_kv_blocks_total,
@@ -115,14 +143,22 @@ def engine_gauges(stats: EngineStats, avg_seq_len_tokens: float) -> dict[str, fl
     }
 
 
+def _check_duration(name: str, value: float) -> None:
+    if not (isinstance(value, int | float) and value >= 0 and math.isfinite(value)):
+        raise ValueError(f"{name}: duration {value!r} must be a finite number >= 0")
+
+
 class ReplicaMetrics:
-    """The metric objects of one replica, created once; every value carries the pool tag.
+    """The metric objects of one replica, created once; every value carries the pool tag and
+    the served model's name (vLLM's `model_name` label).
 
     Works outside a replica and without `ray.init` (Ray then records nowhere), so the replica
     can build it unconditionally. `factory` is for tests.
     """
 
-    def __init__(self, pool: str, *, factory: MetricFactory = serve_metric) -> None:
+    def __init__(
+        self, pool: str, model_name: str = "", *, factory: MetricFactory = serve_metric
+    ) -> None:
         if not isinstance(pool, str) or not pool:
             raise ValueError(f"pool={pool!r} must be a non-empty string")
         self.pool = pool
@@ -131,7 +167,7 @@ class ReplicaMetrics:
             boundaries = LATENCY_BUCKETS_S if kind == "histogram" else None
             metric = factory(kind, name, description, tag_keys, boundaries)
             # Serve's set_default_tags returns None (Ray's returns self): do not chain it.
-            metric.set_default_tags({POOL: pool})  # a fresh dict: Serve adds its tags into it
+            metric.set_default_tags({POOL: pool, MODEL: model_name})  # a fresh dict each
             self._metrics[name] = metric
         self._seen_tiers: set[str] = set()
         self._last_counts: dict[str, int] = {}
@@ -142,14 +178,38 @@ class ReplicaMetrics:
         ttft_s: float | None,
         e2e_s: float | None,
         queue_wait_s: float | None,
+        finish_reason: str | None = None,
     ) -> None:
         """One finished request; a None duration (not measured) is skipped."""
-        for name, value in ((TTFT, ttft_s), (E2E_LATENCY, e2e_s), (QUEUE_WAIT, queue_wait_s)):
+        durations = [(TTFT, ttft_s), (E2E_LATENCY, e2e_s), (QUEUE_WAIT, queue_wait_s)]
+        if ttft_s is not None and e2e_s is not None:
+            durations.append((DECODE_TIME, max(0.0, e2e_s - ttft_s)))
+        for name, value in durations:
             if value is None:
                 continue
-            if not (isinstance(value, int | float) and value >= 0 and math.isfinite(value)):
-                raise ValueError(f"{name}: duration {value!r} must be a finite number >= 0")
+            _check_duration(name, value)
             self._metrics[name].observe(float(value), tags={TIER: tier})
+        if finish_reason:
+            self._metrics[REQUEST_SUCCESS].inc(1.0, tags={REASON: finish_reason})
+
+    def count_request(self, status: str) -> None:
+        """How a request ended at this replica (one of STATUSES)."""
+        if status not in STATUSES:
+            raise ValueError(f"status={status!r} is not one of {list(STATUSES)}")
+        self._metrics[REQUESTS].inc(1.0, tags={STATUS: status})
+
+    def count_tokens(self, num_prompt: int, num_generated: int) -> None:
+        if num_prompt > 0:
+            self._metrics[PROMPT_TOKENS].inc(float(num_prompt))
+        if num_generated > 0:
+            self._metrics[GENERATION_TOKENS].inc(float(num_generated))
+
+    def tuner_move(self, move: Any) -> None:
+        """A tuner decision (serving/engine/tuner.py Move): the knobs now, and the count."""
+        self._metrics[TUNER_MAX_NUM_SEQS].set(float(move.max_num_seqs))
+        self._metrics[TUNER_BATCHED_TOKENS].set(float(move.max_batched_tokens))
+        tags = {ACTION: move.action, KNOB: move.knob or "none"}
+        self._metrics[TUNER_MOVES].inc(1.0, tags=tags)
 
     def update_engine(self, stats: EngineStats, avg_seq_len_tokens: float) -> None:
         """Set the gauges from one engine snapshot; add the new preemptions and timeouts."""
@@ -171,6 +231,8 @@ class ReplicaMetrics:
             tags = {GPU: str(s.index)}
             if not math.isnan(s.utilization_pct):  # NVML cannot read it on some devices
                 self._metrics[GPU_UTILIZATION].set(float(s.utilization_pct), tags=tags)
+            if not math.isnan(s.power_w):
+                self._metrics[GPU_POWER].set(float(s.power_w), tags=tags)
             self._metrics[GPU_MEMORY_USED].set(float(s.memory_used_bytes), tags=tags)
             self._metrics[GPU_MEMORY_TOTAL].set(float(s.memory_total_bytes), tags=tags)
         return samples

@@ -23,6 +23,7 @@ from serving.llm.messages import (
     Refusal,
     ReplicaInfo,
     ReplicaItem,
+    ReplicaReading,
     ReplicaReport,
 )
 
@@ -39,7 +40,8 @@ class ModelReplica:
         import torch
 
         from serving.llm.metrics import ReplicaMetrics
-        from serving.model_source import resolve_model_dir
+        from serving.llm.monitor import ReplicaMonitor
+        from serving.model_source import resolve_model_dir, served_name_for
 
         self.config = AppConfig.from_args(config)
         self.pool = pool
@@ -52,7 +54,10 @@ class ModelReplica:
         self.self_check()
         self.engine.grammars.warm()  # ~0.5 s for a 49k vocabulary, once, before traffic
         self.warmup_s = time.monotonic() - started
-        self.metrics = ReplicaMetrics(pool)
+        model = self.config.model
+        self.metrics = ReplicaMetrics(pool, model.served_name or served_name_for(model.source))
+        # The step window doctor reads, the concurrency tuner, NVML samples (llm/monitor.py).
+        self.monitor = ReplicaMonitor(self.engine, self.config, self.metrics, time.monotonic())
         self.reporter = _controller_reporter(pool)
         log.info("%s replica ready in %.1f s (model %s)", pool, self.warmup_s, path)
 
@@ -86,6 +91,11 @@ class ModelReplica:
             pid=os.getpid(),
         )
 
+    def reading(self) -> ReplicaReading:
+        """What `tideserve doctor` reads: config, KV ledger, the last step window."""
+        replica_id = self.reporter.replica_id if self.reporter is not None else str(os.getpid())
+        return self.monitor.reading(self.pool, replica_id, self.fingerprint())
+
     async def check_health(self) -> None:
         if not self.engine.loop_alive:
             raise RuntimeError("engine loop died; replace this replica")
@@ -95,6 +105,7 @@ class ModelReplica:
 
         stats = self.engine.stats()
         self.metrics.update_engine(stats, self._avg_seq_len())
+        self.monitor.tick(time.monotonic())
         if self.reporter is not None:  # the forecast controller's queue signals (R9 emergency)
             self.reporter.report(
                 ReplicaReport(
@@ -137,15 +148,25 @@ class ModelReplica:
             max_in_replica(tier, self.config.replica.max_ongoing_requests),
         )
         if not decision.admitted:
+            self.metrics.count_request("refused")
+            self.monitor.num_refused += 1
             yield Refusal(f"{self.pool}: {decision.reason}", decision.retry_after_s)
             return
+        outcome = ["aborted"]  # until the stream ends: a caller that leaves aborts it
+        try:
+            async for item in self._relay(request, tier_cfg, outcome):
+                yield item
+        finally:
+            self.metrics.count_request(outcome[0])
+
+    async def _relay(self, request: GenerateRequest, tier_cfg, outcome: list[str]):
         arrived = time.monotonic()
         first_s = queue_wait_s = None
         try:
             stream = self.engine.stream(
                 list(request.prompt_token_ids),
                 request.params,
-                tier=tier,
+                tier=request.tier,
                 request_id=request.request_id,
                 timeout_s=request.timeout_s or tier_cfg.max_queue_wait_s,
             )
@@ -153,6 +174,14 @@ class ModelReplica:
                 if first_s is None:
                     first_s = time.monotonic() - arrived
                     queue_wait_s = delta.queue_wait_s
+                    self.metrics.count_tokens(delta.num_prompt_tokens, 0)
+                self.metrics.count_tokens(0, len(delta.token_ids))
+                if delta.finished:
+                    outcome[0] = "ok"
+                    e2e_s = time.monotonic() - arrived
+                    self.metrics.observe_request(
+                        request.tier, first_s, e2e_s, queue_wait_s, delta.finish_reason
+                    )
                 yield Delta(
                     text=delta.text,
                     token_ids=tuple(delta.token_ids),
@@ -164,13 +193,11 @@ class ModelReplica:
                     logprobs=tuple(delta.logprobs),
                 )
         except ValueError as err:  # the engine refused the request as it is (too long, ...)
+            outcome[0] = "invalid"
             yield Failure(400, str(err))
-            return
         except RequestTimeoutError as err:
+            outcome[0] = "timeout"
             yield Refusal(str(err), self.config.server.retry_after_s)
-            return
-        if first_s is not None:
-            self.metrics.observe_request(tier, first_s, time.monotonic() - arrived, queue_wait_s)
 
 
 def _controller_reporter(pool: str):

@@ -118,7 +118,7 @@ def test_no_args_means_all_defaults(args):
     assert cfg == AppConfig()
     assert cfg.engine == EngineConfig()
     assert tuple(cfg.tiers) == TIER_NAMES == ("interactive", "analytical", "offline")
-    assert cfg.tiers["interactive"] == TierConfig(1.0, 20.0, 10.0, 64)
+    assert cfg.tiers["interactive"] == TierConfig(1.0, 20.0, 10.0, 64, 0.5)
     assert cfg.tiers["offline"].max_waiting == 1024
     assert (cfg.pools.hot.num_replicas, cfg.pools.cold.max_replicas) == (1, 2)
     assert cfg.replica.max_queued_requests == 128
@@ -231,7 +231,7 @@ def test_an_unquoted_yaml_time_is_explained():
     "args, fragment",
     [
         ({"engine": {"max_num_seqs": 0}}, "engine.max_num_seqs=0 is out of range; allowed: 1 <="),
-        ({"engine": {"kv_cache_memory_fraction": 0}}, "allowed: 0.0 < kv_cache_memory_fraction"),
+        ({"engine": {"gpu_memory_utilization": 0}}, "allowed: 0.0 < gpu_memory_utilization"),
         ({"engine": {"kv_mode": "lazy"}}, "engine.kv_mode='lazy' is not allowed; choose one of"),
         ({"tiers": {"interactive": {"ttft_p99_s": 0}}}, "tiers.interactive.ttft_p99_s=0.0"),
         ({"tiers": {"analytical": {"max_waiting": -1}}}, "allowed: 0 <= max_waiting"),

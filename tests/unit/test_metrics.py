@@ -48,7 +48,7 @@ def fake_metrics(pool: str = "hot") -> tuple[m.ReplicaMetrics, dict[str, FakeMet
         made[name] = FakeMetric(kind, name, description, tag_keys, boundaries)
         return made[name]
 
-    return m.ReplicaMetrics(pool, factory=factory), made
+    return m.ReplicaMetrics(pool, "smol", factory=factory), made
 
 
 def gauge(metric: FakeMetric, **tags) -> float:
@@ -92,8 +92,8 @@ def test_engine_gauges_from_a_snapshot():
 def test_every_metric_is_created_once_with_the_pool_tag():
     rm, made = fake_metrics("cold")
     assert set(made) == set(m.METRICS)
-    assert all(x.default_tags == {"pool": "cold"} for x in made.values())
-    assert all(x.name.startswith("tideserve_") for x in made.values())
+    assert all(x.default_tags == {"pool": "cold", "model_name": "smol"} for x in made.values())
+    assert all(x.name.startswith(("tideserve_", "vllm_")) for x in made.values())
     assert made[m.TTFT].boundaries == m.LATENCY_BUCKETS_S
     assert rm.pool == "cold"
 
@@ -105,10 +105,43 @@ def test_latency_buckets_span_10ms_to_120s_sorted():
 
 def test_observe_request_per_tier_skips_unmeasured():
     rm, made = fake_metrics()
-    rm.observe_request("interactive", 0.05, 1.5, None)
-    assert made[m.TTFT].observed == [(0.05, {"pool": "hot", "tier": "interactive"})]
-    assert made[m.E2E_LATENCY].observed == [(1.5, {"pool": "hot", "tier": "interactive"})]
+    rm.observe_request("interactive", 0.05, 1.5, None, "length")
+    tags = {"pool": "hot", "model_name": "smol", "tier": "interactive"}
+    assert made[m.TTFT].observed == [(0.05, tags)]
+    assert made[m.E2E_LATENCY].observed == [(1.5, tags)]
+    assert made[m.DECODE_TIME].observed == [(1.45, tags)]
     assert made[m.QUEUE_WAIT].observed == []
+    assert made[m.REQUEST_SUCCESS].total == 1.0
+
+
+def test_vllm_names_where_the_meaning_is_vllms():
+    # the names Ray Serve LLM's Grafana panels query (ray_vllm_*)
+    assert m.RUNNING_SEQS == "vllm_num_requests_running"
+    assert m.WAITING_SEQS == "vllm_num_requests_waiting"
+    assert m.KV_USAGE == "vllm_kv_cache_usage_perc"
+    assert m.TTFT == "vllm_time_to_first_token_seconds"
+    assert m.GENERATION_TOKENS == "vllm_generation_tokens"
+    assert m.METRICS[m.REQUEST_SUCCESS][1][-1] == "finished_reason"
+    assert all(tags[:2] == ("pool", "model_name") for _, tags, _ in m.METRICS.values())
+
+
+def test_requests_tokens_and_tuner_moves_are_counted():
+    from serving.engine.tuner import Move
+
+    rm, made = fake_metrics()
+    rm.count_request("ok")
+    rm.count_request("refused")
+    with pytest.raises(ValueError, match="status='lost'"):
+        rm.count_request("lost")
+    rm.count_tokens(120, 0)
+    rm.count_tokens(0, 3)
+    rm.count_tokens(0, 0)
+    assert made[m.REQUESTS].total == 2.0
+    assert (made[m.PROMPT_TOKENS].total, made[m.GENERATION_TOKENS].total) == (120.0, 3.0)
+    rm.tuner_move(Move("raise", "max_num_seqs", 64, 512, "why"))
+    assert gauge(made[m.TUNER_MAX_NUM_SEQS]) == 64.0
+    assert gauge(made[m.TUNER_BATCHED_TOKENS]) == 512.0
+    assert made[m.TUNER_MOVES].total == 1.0
 
 
 @pytest.mark.parametrize("bad", [-0.1, math.inf, math.nan])
@@ -122,6 +155,7 @@ def test_update_engine_sets_gauges_and_per_tier_counts():
     rm, made = fake_metrics()
     rm.update_engine(engine_stats(), avg_seq_len_tokens=200.0)
     assert gauge(made[m.KV_BLOCKS_USED]) == 30.0
+    assert gauge(made[m.KV_USAGE]) == 0.45  # reserved 45 of 100 blocks
     assert gauge(made[m.KV_PRESSURE]) == pytest.approx(0.5)
     assert gauge(made[m.RUNNING_SEQS], tier="interactive") == 3.0
     assert gauge(made[m.RUNNING_SEQS], tier="offline") == 1.0
@@ -147,11 +181,13 @@ def test_counters_add_the_engine_totals_deltas():
 def test_update_gpus_sets_per_gpu_gauges_and_skips_unreadable_utilization():
     rm, made = fake_metrics()
     samples = [
-        GpuSample(0, "NVIDIA H200", 10 * 2**30, 141 * 2**30, 87.0),
+        GpuSample(0, "NVIDIA H200", 10 * 2**30, 141 * 2**30, 87.0, 412.5),
         GpuSample(1, "NVIDIA H200 MIG", 2**30, 2**34, math.nan),
     ]
     assert rm.update_gpus(samples) == samples
     assert gauge(made[m.GPU_UTILIZATION], gpu="0") == 87.0
+    assert gauge(made[m.GPU_POWER], gpu="0") == 412.5
+    assert ("gpu", "1") not in {k for key in made[m.GPU_POWER].values for k in key}
     assert gauge(made[m.GPU_MEMORY_USED], gpu="0") == 10 * 2**30
     assert gauge(made[m.GPU_MEMORY_TOTAL], gpu="1") == 2**34
     assert ("gpu", "1") not in {k for key in made[m.GPU_UTILIZATION].values for k in key}
@@ -188,7 +224,7 @@ def test_grafana_dashboard_queries_the_exported_names():
     path = Path(__file__).parents[2] / "examples" / "grafana_dashboard.json"
     dashboard = json.loads(path.read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
-    used = set(re.findall(r"\bray_(tideserve_\w+)", " ".join(exprs)))
+    used = set(re.findall(r"\bray_((?:tideserve_|vllm_)\w+)", " ".join(exprs)))
     suffix = {"histogram": "_bucket", "counter": "_total", "gauge": ""}
     exported = {name + suffix[kind] for name, (kind, _, _) in m.METRICS.items()}
     assert used <= exported, f"dashboard queries unknown metrics: {sorted(used - exported)}"

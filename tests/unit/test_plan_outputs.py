@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import itertools
 import json
@@ -13,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from capacity import memory
-from capacity.cluster_yaml import write_pools
+from capacity.cluster_yaml import write_plan
+from capacity.plan_settings import PlanSettings, plan_settings
 from capacity.planner import PlanInputs, plan
 from serving.config import load_cluster_yaml
 from tests.unit.test_planner import LLAMA3_8B
@@ -87,54 +89,88 @@ def test_concurrency_curve_uses_the_memory_formula():
     assert concurrency_curve(1000, 16, 64) == ([64], [memory.max_concurrency(1000, 64, 16)])
 
 
-# --- write_pools on the real cluster.yaml ---------------------------------------------------
+# --- write_plan on the real cluster.yaml -----------------------------------------------------
+
+SETTINGS = PlanSettings(
+    max_num_seqs=300,
+    min_num_seqs=20,
+    max_num_batched_tokens=1024,
+    max_model_len=2048,
+    block_size_tokens=16,
+    gpu_memory_utilization=0.9,
+    kv_cache_bytes=None,
+    hot_replicas=4,
+    cold_max_replicas=3,
+    replica_capacity_rps=12.5,
+    planned_kv_bytes=40 * 2**30,
+)
 
 
-def test_write_pools_changes_only_the_pool_numbers(tmp_path):
+def _with(**kw) -> PlanSettings:
+    return dataclasses.replace(SETTINGS, **kw)
+
+
+def test_write_plan_changes_only_the_lines_of_the_keys_it_owns(tmp_path):
     path = _copy_cluster_yaml(tmp_path)
     before = path.read_text().splitlines(keepends=True)
-    summary = write_pools(path, 4, 3)
+    summary = write_plan(path, SETTINGS)
     after = path.read_text().splitlines(keepends=True)
     changed = _changed(before, after)
-    assert sorted(a.strip() for a, _ in changed.values()) == sorted(
-        [
-            "hot: {num_replicas: 1, resources: {}}   # always on; e.g. resources: {pool_hot: 1}",
-            "max_replicas: 2",
-        ]
-    )
     assert sorted(b.strip() for _, b in changed.values()) == sorted(
         [
+            "max_num_seqs: 300              # concurrency while KV use is low, sliding down to",
+            "min_num_seqs: 20               # this floor as the KV cache fills",
+            "max_num_batched_tokens: 1024   # tokens per step; long prompts prefill in chunks",
+            "kv_cache_bytes: null           # null: sized from device memory after weights +"
+            " warm-up (GPU)",
             "hot: {num_replicas: 4, resources: {}}   # always on; e.g. resources: {pool_hot: 1}",
             "max_replicas: 3",
         ]
     )
-    # Every comment line is kept as it was.
+    # Every comment line is kept, and so is every line of the embeddings app.
     assert [x for x in before if x.lstrip().startswith("#")] == [
         x for x in after if x.lstrip().startswith("#")
     ]
+    assert (
+        before[before.index("  - name: embeddings\n") :]
+        == after[after.index("  - name: embeddings\n") :]
+    )
     cfg = load_cluster_yaml(path)
+    assert (cfg.engine.max_num_seqs, cfg.engine.min_num_seqs) == (300, 20)
+    assert cfg.engine.max_num_batched_tokens == 1024 and cfg.engine.kv_cache_bytes is None
     assert cfg.pools.hot.num_replicas == 4
     assert (cfg.pools.cold.min_replicas, cfg.pools.cold.max_replicas) == (0, 3)
-    assert cfg.pools.cold.initial_replicas == 1
-    assert "num_replicas: 1 -> 4" in summary and "max_replicas: 2 -> 3" in summary
-    # Same numbers again: nothing to do, file untouched.
+    assert "engine.max_num_seqs: 32 -> 300" in summary
+    assert "pools.hot.num_replicas: 1 -> 4" in summary
+    assert "controller.replica_capacity_rps not written" in summary
+    # Same plan again: nothing to do, file untouched.
     text = path.read_bytes()
-    assert "no change" in write_pools(path, 4, 3)
+    assert "no change" in write_plan(path, SETTINGS)
     assert path.read_bytes() == text
 
 
-def test_write_pools_clamps_initial_replicas(tmp_path):
+def test_write_plan_result_is_what_build_app_accepts(tmp_path):
+    from serving.app import build_graph
+    from serving.config import AppConfig
+
     path = _copy_cluster_yaml(tmp_path)
-    before = path.read_text().splitlines(keepends=True)
-    summary = write_pools(path, 2, 0)
-    changed = _changed(before, path.read_text().splitlines(keepends=True))
-    assert sorted(b.strip() for _, b in changed.values())[1:] == [
-        "initial_replicas: 0",
-        "max_replicas: 0",
-    ]
-    assert "clamped" in summary and "initial_replicas: 1 -> 0" in summary
+    write_plan(path, SETTINGS)
     cfg = load_cluster_yaml(path)
+    graph = build_graph(AppConfig.from_args(cfg.to_dict()))
+    assert graph is not None
+
+
+def test_write_plan_can_pin_kv_bytes_and_clamps_initial_replicas(tmp_path):
+    path = _copy_cluster_yaml(tmp_path)
+    summary = write_plan(path, _with(kv_cache_bytes=3 * 2**30, cold_max_replicas=0))
+    text = path.read_text()
+    assert "kv_cache_bytes: 3221225472     # 3.00 GiB of KV cache per replica (capacity plan)" in (
+        text
+    )
+    cfg = load_cluster_yaml(path)
+    assert cfg.engine.kv_cache_bytes == 3 * 2**30
     assert (cfg.pools.cold.initial_replicas, cfg.pools.cold.max_replicas) == (0, 0)
+    assert "pools.cold.initial_replicas: 1 -> 0" in summary
 
 
 BLOCK_STYLE = """\
@@ -150,75 +186,79 @@ applications:
         cold: {min_replicas: 1, max_replicas: 5, initial_replicas: 4}  # cold comment
       replica:
         num_cpus: 1
+
+      controller:
+        replica_capacity_rps: 2.0   # capacity comment
 """
 
 
-def test_write_pools_block_hot_and_inline_cold(tmp_path):
+def test_write_plan_adds_missing_keys_and_the_engine_section(tmp_path):
     path = _copy_cluster_yaml(tmp_path, BLOCK_STYLE)
-    summary = write_pools(path, 6, 2)
-    before, after = BLOCK_STYLE.splitlines(), path.read_text().splitlines()
-    assert _changed(before, after) == {
-        7: (
-            "          num_replicas: 1   # hot comment",
-            "          num_replicas: 6   # hot comment",
-        ),
-        9: (
-            "        cold: {min_replicas: 1, max_replicas: 5, initial_replicas: 4}  # cold comment",
-            "        cold: {min_replicas: 1, max_replicas: 2, initial_replicas: 2}  # cold comment",
-        ),
-    }
-    assert "clamped" in summary
-    cold = load_cluster_yaml(path).pools.cold
-    assert (cold.min_replicas, cold.initial_replicas, cold.max_replicas) == (1, 2, 2)
-    with pytest.raises(ValueError, match=r"below pools\.cold\.min_replicas=1"):
-        write_pools(path, 6, 0)
-
-
-def test_write_pools_adds_a_missing_key(tmp_path):
-    text = BLOCK_STYLE.replace("          num_replicas: 1   # hot comment\n", "")
-    path = _copy_cluster_yaml(tmp_path, text)
-    write_pools(path, 3, 5)
+    write_plan(path, _with(hot_replicas=6, cold_max_replicas=2))
     after = path.read_text()
-    assert after == text.replace(
-        "          resources: {}\n", "          resources: {}\n          num_replicas: 3\n"
+    assert "          num_replicas: 6   # hot comment\n" in after
+    assert (
+        "        cold: {min_replicas: 1, max_replicas: 2, initial_replicas: 2}  # cold comment\n"
+        in after
     )
-    assert load_cluster_yaml(path).pools.hot.num_replicas == 3
+    # the comment keeps its column; the added section goes last, in block style
+    assert "      controller:\n        replica_capacity_rps: 12.5  # capacity comment\n" in after
+    assert after.startswith("# top comment\n")
+    assert "        num_cpus: 1\n\n      controller:\n" in after
+    assert after.endswith("      engine:\n        max_num_seqs: 300\n" + after.split("300\n")[1])
+    cfg = load_cluster_yaml(path)
+    assert cfg.engine.max_num_seqs == 300 and cfg.controller.replica_capacity_rps == 12.5
+    assert (cfg.pools.cold.min_replicas, cfg.pools.cold.initial_replicas) == (1, 2)
+    with pytest.raises(ValueError, match=r"below pools\.cold\.min_replicas=1"):
+        write_plan(path, _with(cold_max_replicas=0))
 
 
-def test_write_pools_rolls_back_when_validation_fails(tmp_path):
+def test_write_plan_leaves_the_file_alone_when_validation_fails(tmp_path):
     # An unknown key elsewhere in args: the edit itself is fine, validating the whole file is not.
     text = CLUSTER_YAML.read_text().replace("        num_gpus: 0", "        num_gpuz: 0", 1)
     assert text != CLUSTER_YAML.read_text()
     path = _copy_cluster_yaml(tmp_path, text)
     original = path.read_bytes()
-    with pytest.raises(ValueError, match="rolled back"):
-        write_pools(path, 4, 3)
+    with pytest.raises(ValueError, match="file unchanged"):
+        write_plan(path, SETTINGS)
     assert path.read_bytes() == original
+    assert [p.name for p in tmp_path.iterdir()] == ["cluster.yaml"]  # no temporary left
 
 
 @pytest.mark.parametrize(
     ("text", "match"),
     [
-        ("just: a mapping\n", "no `pools:` block"),
-        (BLOCK_STYLE.replace("      pools:  # pools comment\n", "      poolz:\n"), "no `pools:`"),
-        (BLOCK_STYLE.replace("num_replicas: 1 ", "num_replicas: one "), "not an integer"),
-        (BLOCK_STYLE.replace("        cold: {", "        warm: {"), "unrecognised keys"),
-        (BLOCK_STYLE + BLOCK_STYLE.split("applications:\n")[1], "more than one `pools:`"),
-        (BLOCK_STYLE.replace("num_replicas: 1", "num_replicas: *n"), "anchors"),
+        ("just: a mapping\n", "no 'applications' list"),
+        ("applications: [{name: a, args: {pools: 3}}]\n", "pools must be a mapping"),
+        (BLOCK_STYLE.replace("      pools:  # pools comment\n", "      pools: &p\n"), "anchor"),
+        (BLOCK_STYLE + BLOCK_STYLE.split("applications:\n")[1], "2 LLM applications"),
+        ("applications: [{name: a, args: {model: {task: embed}}}]\n", "0 LLM applications"),
+        ("applications: [\n", "not valid YAML"),
     ],
 )
-def test_write_pools_refuses_unrecognised_files(tmp_path, text, match):
+def test_write_plan_refuses_unrecognised_files(tmp_path, text, match):
     path = _copy_cluster_yaml(tmp_path, text)
     with pytest.raises(ValueError, match=match):
-        write_pools(path, 4, 3)
+        write_plan(path, SETTINGS)
     assert path.read_text() == text
 
 
-def test_write_pools_refuses_bad_numbers(tmp_path):
+def test_write_plan_picks_the_named_application(tmp_path):
+    doubled = BLOCK_STYLE + BLOCK_STYLE.split("applications:\n")[1].replace(
+        "name: tideserve", "name: second"
+    )
+    path = _copy_cluster_yaml(tmp_path, doubled)
+    write_plan(path, SETTINGS, app_name="second")
+    assert load_cluster_yaml(path, "second").pools.hot.num_replicas == 4
+    assert load_cluster_yaml(path, "tideserve").pools.hot.num_replicas == 1
+    with pytest.raises(ValueError, match="no application named 'third'"):
+        write_plan(path, SETTINGS, app_name="third")
+
+
+def test_write_plan_refuses_zero_hot_replicas(tmp_path):
     path = _copy_cluster_yaml(tmp_path)
-    for hot, cold in ((0, 1), (1, -1), (1.5, 1), (True, 1)):
-        with pytest.raises(ValueError, match="must be an integer"):
-            write_pools(path, hot, cold)
+    with pytest.raises(ValueError, match="hot_replicas=0"):
+        write_plan(path, _with(hot_replicas=0))
     assert path.read_bytes() == CLUSTER_YAML.read_bytes()
 
 
@@ -242,7 +282,7 @@ def test_cli_plan_writes_plot_and_cluster_yaml(tmp_path):
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)  # messages go to stderr with --json
     assert "plot: wrote" in proc.stderr
-    assert f"updated {yaml_path}: pools.hot.num_replicas" in proc.stderr
+    assert f"updated {yaml_path}: engine.kv_cache_bytes" in proc.stderr
     _assert_png(png)
     cfg = load_cluster_yaml(yaml_path)
     assert cfg.pools.hot.num_replicas == result["hot_replicas"]
@@ -252,6 +292,11 @@ def test_cli_plan_writes_plot_and_cluster_yaml(tmp_path):
         expected.hot_replicas,
         expected.cold_max_replicas,
     )
+    settings = plan_settings(expected)
+    assert cfg.engine.max_num_seqs == settings.max_num_seqs == expected.max_concurrency_avg
+    assert cfg.engine.min_num_seqs == expected.max_concurrency_max_len
+    assert cfg.engine.max_num_batched_tokens == settings.max_num_batched_tokens
+    assert cfg.engine.kv_cache_bytes is None and cfg.engine.gpu_memory_utilization == 0.9
     # A broken yaml: the plan still prints, the command fails with the reason, file unchanged.
     bad = tmp_path / "bad.yaml"
     bad.write_text("just: a mapping\n")
@@ -259,5 +304,5 @@ def test_cli_plan_writes_plot_and_cluster_yaml(tmp_path):
         [*cmd[:-1], str(bad)], capture_output=True, text=True, cwd=REPO, env=env, timeout=120
     )
     assert proc.returncode == 2 and "Capacity plan" in proc.stdout
-    assert "--write-cluster-yaml" in proc.stderr and "no `pools:` block" in proc.stderr
+    assert "--write-cluster-yaml" in proc.stderr and "no 'applications' list" in proc.stderr
     assert bad.read_text() == "just: a mapping\n"

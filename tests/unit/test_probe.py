@@ -66,18 +66,25 @@ class FakeNvml:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return SimpleNamespace(gpu=40 + h)
 
+    def nvmlDeviceGetPowerUsage(self, h):
+        if self.util_fails:  # MIG instances report neither
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return 350_000 + 1000 * h  # milliwatts
+
 
 def test_probe_reads_every_gpu(monkeypatch):
     fake = FakeNvml()
     monkeypatch.setattr(probe, "pynvml", fake)
     samples = probe.probe_gpus()
     assert samples == [
-        probe.GpuSample(0, "NVIDIA H200", 2**30, 141 * 2**30, 40.0),
-        probe.GpuSample(1, "NVIDIA H200", 2 * 2**30, 141 * 2**30, 41.0),
+        probe.GpuSample(0, "NVIDIA H200", 2**30, 141 * 2**30, 40.0, 350.0),
+        probe.GpuSample(1, "NVIDIA H200", 2 * 2**30, 141 * 2**30, 41.0, 351.0),
     ]
     assert fake.shutdowns == 1
     text = probe.describe_devices()
-    assert text.splitlines()[1] == "GPU 1: NVIDIA H200, 2.0 / 141.0 GiB used, utilization 41%"
+    assert text.splitlines()[1] == (
+        "GPU 1: NVIDIA H200, 2.0 / 141.0 GiB used, utilization 41%, 351 W"
+    )
 
 
 @pytest.mark.parametrize(
@@ -98,6 +105,7 @@ def test_unreadable_utilization_is_nan_not_a_failure(monkeypatch):
     monkeypatch.setattr(probe, "pynvml", FakeNvml(util_fails=True))
     (first, _) = probe.probe_gpus()
     assert first.utilization_pct != first.utilization_pct  # NaN
+    assert first.power_w != first.power_w
     assert "utilization n/a" in probe.describe_devices()
 
 
