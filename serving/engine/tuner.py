@@ -17,6 +17,11 @@ so 1.0 is the line. In order:
     within SLO with headroom            raise the knob that binds (x2), never above what the KV
                                         budget admits, never into a failed size.
 
+A raise must also pass the step-cost line measured over the interval (step_s = fixed +
+per_token x tokens): the predicted step at the bigger size stays under raise_below x the
+inter-token SLO, so the tuner does not probe into a breach it can already see; when no knob may
+grow, a queue is arrivals, not batch size. A budget step-back cuts to what the line says fits.
+
 "Binds" is measured, not guessed: the share of steps in which admission stopped at the ceiling
 (or used up the token budget) while requests waited. Nothing here reads a clock or touches the
 engine; serving/engine/tuning.py measures, calls `decide` and applies the knobs.
@@ -83,6 +88,12 @@ class Observation:
     budget_bound: float  # share of steps: the token budget ran out with work left
     prefill_fraction: float  # prefill tokens / all tokens scheduled
     kv_admissible_seqs: int  # sequences of the recent average size the KV budget holds
+    # The step-cost line step_s = fixed + per_token x tokens (0, 0: unknown), the interval's mean
+    # step size, and the tightest inter-token SLO (None: none), to predict a raise's step time.
+    step_fixed_s: float = 0.0
+    step_per_token_s: float = 0.0
+    mean_tokens_per_step: float = 0.0
+    itl_slo_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,13 +151,20 @@ def decide(
             f"raising {state.raised} cut tokens per busy second "
             f"{state.efficiency_before_raise:.0f} -> {obs.tokens_per_busy_s:.0f}"
         )
-        return _step_back(state, cfg, state.raised, now, why)
+        return _step_back(obs, state, cfg, state.raised, now, why)
     state = replace(state, raised=None)
     if obs.ttft_ratio > 1.0:
-        return _slow_first_token(obs, state, cfg, now, kv_cap, lat)
+        return _slow_first_token(obs, state, cfg, kv_cap, lat)
     if max(obs.ttft_ratio, obs.itl_ratio) > cfg.raise_below:
         return _hold(state, f"{lat}: within SLO, near the line")
     return _grow(obs, state, cfg, kv_cap, f"{lat}: headroom")
+
+
+def predicted_step_s(obs: Observation, num_tokens: float) -> float | None:
+    """Step time at `num_tokens` scheduled tokens from the interval's step-cost line."""
+    if obs.step_per_token_s <= 0 and obs.step_fixed_s <= 0:
+        return None
+    return obs.step_fixed_s + obs.step_per_token_s * num_tokens
 
 
 def _batch_too_big(obs, state, cfg, now, lat) -> tuple[Move, TunerState]:
@@ -156,73 +174,77 @@ def _batch_too_big(obs, state, cfg, now, lat) -> tuple[Move, TunerState]:
     if knob == "max_num_batched_tokens" and state.max_batched_tokens <= cfg.min_batched_tokens:
         knob = "max_num_seqs"
     why = f"{lat}: steps too long (batch too big; prefill {obs.prefill_fraction:.0%} of tokens)"
-    return _step_back(state, cfg, knob, now, why)
+    return _step_back(obs, state, cfg, knob, now, why)
 
 
-def _slow_first_token(obs, state, cfg, now, kv_cap, lat) -> tuple[Move, TunerState]:
+def _slow_first_token(obs, state, cfg, kv_cap, lat) -> tuple[Move, TunerState]:
     if obs.queue_ratio > cfg.queue_share:  # R10: waiting for admission, not for compute
-        headroom = obs.itl_ratio < cfg.raise_below
-        if headroom and obs.ceiling_bound >= cfg.bound_share:
-            move = _raise(
-                state, cfg, "max_num_seqs", kv_cap, f"{lat}: queueing at the ceiling", obs
-            )
+        if obs.ceiling_bound >= cfg.bound_share:
+            move = _raise(obs, state, cfg, "max_num_seqs", kv_cap, f"{lat}: queueing at the cap")
             if move is not None:
                 return move
-        if headroom and obs.budget_bound >= cfg.bound_share:
-            move = _raise(state, cfg, "max_num_batched_tokens", kv_cap, f"{lat}: budget full", obs)
+        if obs.budget_bound >= cfg.bound_share:
+            why = f"{lat}: queueing on the budget"
+            move = _raise(obs, state, cfg, "max_num_batched_tokens", kv_cap, why)
             if move is not None:
                 return move
         why = (
             f"{lat}: arrivals {obs.arrivals_per_s:.2f}/s exceed what this replica serves "
-            f"(busy {obs.busy_fraction:.0%}); queueing needs more replicas, not a smaller batch"
+            f"(busy {obs.busy_fraction:.0%}, no knob can grow within the inter-token SLO); "
+            "queueing needs more replicas, not a smaller batch"
         )
         return Move(SCALE_OUT, None, state.max_num_seqs, state.max_batched_tokens, why), state
-    if obs.itl_ratio < cfg.raise_below:
-        move = _raise(state, cfg, "max_num_batched_tokens", kv_cap, f"{lat}: prefill-bound", obs)
-        if move is not None:
-            return move
+    move = _raise(obs, state, cfg, "max_num_batched_tokens", kv_cap, f"{lat}: prefill-bound")
+    if move is not None:
+        return move
     return _hold(state, f"{lat}: first token late from prefill, no knob has room")
 
 
 def _grow(obs, state, cfg, kv_cap, why) -> tuple[Move, TunerState]:
     if obs.ceiling_bound >= cfg.bound_share:
-        move = _raise(state, cfg, "max_num_seqs", kv_cap, f"{why}, ceiling binds", obs)
+        move = _raise(obs, state, cfg, "max_num_seqs", kv_cap, f"{why}, the cap binds")
         if move is not None:
             return move
     if obs.budget_bound >= cfg.bound_share:
-        move = _raise(state, cfg, "max_num_batched_tokens", kv_cap, f"{why}, budget binds", obs)
+        move = _raise(obs, state, cfg, "max_num_batched_tokens", kv_cap, f"{why}, budget binds")
         if move is not None:
             return move
-    return _hold(state, f"{why}; no knob binds")
+    return _hold(state, f"{why}; no knob binds or can grow")
 
 
-def _raise(state, cfg, knob, kv_cap, why, obs) -> tuple[Move, TunerState] | None:
-    """Double `knob` within its limits; None when it cannot move."""
-    if knob == "max_num_seqs":
-        limits = [cfg.max_num_seqs, kv_cap]
-        if state.seqs_ceiling is not None:
-            limits.append(state.seqs_ceiling - 1)
-        new = min(state.max_num_seqs * 2, *limits)
-        old = state.max_num_seqs
-    else:
-        limits = [cfg.max_batched_tokens]
-        if state.tokens_ceiling is not None:
-            limits.append(state.tokens_ceiling - 1)
-        new = min(state.max_batched_tokens * 2, *limits)
-        old = state.max_batched_tokens
+def _raise(obs, state, cfg, knob, kv_cap, why) -> tuple[Move, TunerState] | None:
+    """Double `knob` (up to its limit, never into a failed size, never past what the step-cost
+    line says the inter-token SLO allows); None when it cannot move."""
+    seqs = knob == "max_num_seqs"
+    old = state.max_num_seqs if seqs else state.max_batched_tokens
+    failed = state.seqs_ceiling if seqs else state.tokens_ceiling
+    if failed is not None and 2 * old >= failed:
+        return None  # R7: the size above failed; stay one step below it
+    new = min(2 * old, *((cfg.max_num_seqs, kv_cap) if seqs else (cfg.max_batched_tokens,)))
     if new <= old:
+        return None
+    # a bigger cap adds decode rows to every step; a bigger budget allows a fuller step
+    tokens = obs.mean_tokens_per_step + (new - old) if seqs else new
+    step = predicted_step_s(obs, tokens)
+    if step is not None and obs.itl_slo_s and step > cfg.raise_below * obs.itl_slo_s:
         return None
     move, new_state = _set(state, knob, new, RAISE, why)
     return move, replace(new_state, raised=knob, efficiency_before_raise=obs.tokens_per_busy_s)
 
 
-def _step_back(state, cfg, knob, now, why) -> tuple[Move, TunerState]:
-    old = state.max_num_seqs if knob == "max_num_seqs" else state.max_batched_tokens
-    floor = cfg.min_num_seqs if knob == "max_num_seqs" else cfg.min_batched_tokens
-    new = max(floor, old // 2)
-    if new == old:
+def _step_back(obs, state, cfg, knob, now, why) -> tuple[Move, TunerState]:
+    """Halve `knob`, or cut the budget to what the step-cost line says fits the SLO, if less."""
+    seqs = knob == "max_num_seqs"
+    old = state.max_num_seqs if seqs else state.max_batched_tokens
+    floor = cfg.min_num_seqs if seqs else cfg.min_batched_tokens
+    new = old // 2
+    if not seqs and obs.itl_slo_s and obs.step_per_token_s > 0:
+        fits = (cfg.raise_below * obs.itl_slo_s - obs.step_fixed_s) / obs.step_per_token_s
+        new = min(new, int(fits))
+    new = max(floor, new)
+    if new >= old:
         return _hold(state, f"{why}; {knob} already at its minimum {floor}")
-    ceiling = {"seqs_ceiling" if knob == "max_num_seqs" else "tokens_ceiling": old}
+    ceiling = {"seqs_ceiling" if seqs else "tokens_ceiling": old}
     move, new_state = _set(replace(state, **ceiling), knob, new, SHRINK, why)
     return move, replace(new_state, ceiling_since_s=now)
 

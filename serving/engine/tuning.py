@@ -52,7 +52,17 @@ def observation(s: WindowSummary, slos: Mapping[str, TierSlo]) -> Observation:
         budget_bound=s.budget_bound,
         prefill_fraction=s.prefill_fraction,
         kv_admissible_seqs=s.kv_admissible_seqs,
+        step_fixed_s=s.step_fixed_s,
+        step_per_token_s=s.step_per_token_s,
+        mean_tokens_per_step=s.mean_tokens_per_step,
+        itl_slo_s=_tightest_itl(s, slos),
     )
+
+
+def _tightest_itl(s: WindowSummary, slos: Mapping[str, TierSlo]) -> float | None:
+    """The smallest inter-token SLO among the tiers that produced tokens in the interval."""
+    found = [slos[t].itl_p99_s for t in s.itl_p99_s if t in slos and slos[t].itl_p99_s]
+    return min(found, default=None)
 
 
 class EngineTuner:

@@ -94,9 +94,9 @@ def test_inter_token_breach_with_decode_heavy_steps_halves_the_ceiling():
     move, new = decide(obs(itl_ratio=1.4, prefill_fraction=0.1), state(), CFG, 100.0)
     assert move.action == SHRINK and move.knob == "max_num_seqs" and new.max_num_seqs == 16
     assert new.seqs_ceiling == 32
-    # the failed size is not raised into again until the ceiling expires
-    move, again = decide(obs(ceiling_bound=0.9), new, CFG, 110.0)
-    assert move.action == RAISE and again.max_num_seqs == 31
+    # R7: stay one step below the size that failed, until that memory expires
+    move, _ = decide(obs(ceiling_bound=0.9), new, CFG, 110.0)
+    assert move.action == HOLD
     later, _ = decide(obs(ceiling_bound=0.9), new, CFG, 100.0 + CFG.ceiling_ttl_s)
     assert later.action == RAISE and later.max_num_seqs == 32
 
@@ -113,9 +113,26 @@ def test_a_queue_at_the_ceiling_with_room_in_the_steps_raises_it():
     o = obs(ttft_ratio=2.0, queue_ratio=1.8, ceiling_bound=0.7, itl_ratio=0.3)
     move, new = decide(o, state(), CFG, 1.0)
     assert move.action == RAISE and new.max_num_seqs == 64
-    # the same queue, but the steps are already near the inter-token SLO: scale out instead
-    move, _ = decide(dataclasses.replace(o, itl_ratio=0.95), state(), CFG, 1.0)
+    # the same queue, but the step-cost line says 32 more decode rows would break the
+    # inter-token SLO (0.1 s + 10 ms x 72 tokens > 0.8 x 0.5 s): scale out instead
+    line = dict(step_fixed_s=0.1, step_per_token_s=0.01, mean_tokens_per_step=40.0, itl_slo_s=0.5)
+    move, _ = decide(dataclasses.replace(o, **line), state(), CFG, 1.0)
     assert move.action == SCALE_OUT
+    cheap = dict(line, step_per_token_s=0.001)  # 0.1 + 1 ms x 72 = 0.17 s: room
+    move, _ = decide(dataclasses.replace(o, **cheap), state(), CFG, 1.0)
+    assert move.action == RAISE
+
+
+def test_a_budget_breach_cuts_to_what_the_step_cost_line_says_fits():
+    # 60 ms + 0.7 ms/token, inter-token SLO 0.35 s: 0.8 x 0.35 = 0.28 s fits 314 tokens
+    line = dict(step_fixed_s=0.06, step_per_token_s=0.0007, itl_slo_s=0.35)
+    o = obs(itl_ratio=2.0, prefill_fraction=0.9, **line)
+    move, new = decide(o, state(seqs=64, tokens=1024), CFG, 1.0)
+    assert move.action == SHRINK and new.max_batched_tokens == 314 and new.tokens_ceiling == 1024
+    # and a budget raise that the line predicts to break the SLO is not tried
+    grow = obs(budget_bound=0.9, mean_tokens_per_step=200.0, **line)
+    move, _ = decide(grow, state(seqs=64, tokens=256), CFG, 1.0)
+    assert move.action == HOLD and "can grow" in move.reason
 
 
 def test_slow_prefill_without_a_queue_raises_the_budget():
