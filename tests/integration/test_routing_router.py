@@ -91,6 +91,7 @@ class DummyReplica:
             queue_wait_p99_s=0.05,
             num_preemptions=3,
             num_timeouts=0,
+            kv_use_fraction=0.2,
         )
         self.metrics.update_engine(engine, avg_seq_len_tokens=400.0)  # pressure 2*400/1600
         self.metrics.update_gpus([GpuSample(0, "fake", 2**30, 2**34, 55.0)])
@@ -104,7 +105,8 @@ class DummyReplica:
         }
 
     async def __call__(self) -> int:
-        self.metrics.observe_request("interactive", 0.03, 0.2, 0.001)
+        self.metrics.observe_request("interactive", 0.03, 0.2, 0.001, "stop")
+        self.metrics.count_tokens(5, 7)
         return self.rank
 
 
@@ -172,18 +174,21 @@ def test_replica_metrics_reach_prometheus_under_ray_prefixed_names(app):
 
     url = f"http://127.0.0.1:{metrics_export_port()}/metrics"
     expected = [
-        "ray_tideserve_ttft_seconds_bucket{",
-        "ray_tideserve_e2e_latency_seconds_count{",
-        "ray_tideserve_queue_wait_seconds_sum{",
+        "ray_vllm_time_to_first_token_seconds_bucket{",
+        "ray_vllm_e2e_request_latency_seconds_count{",
+        "ray_vllm_request_queue_time_seconds_sum{",
+        "ray_vllm_request_success_total{",
+        "ray_vllm_generation_tokens_total{",
+        "ray_vllm_kv_cache_usage_perc{",
         "ray_tideserve_kv_blocks_used{",
         "ray_tideserve_kv_blocks_reserved{",
         "ray_tideserve_kv_blocks_total{",
-        "ray_tideserve_running_seqs{",
-        "ray_tideserve_waiting_seqs{",
+        "ray_vllm_num_requests_running{",
+        "ray_vllm_num_requests_waiting{",
         "ray_tideserve_tokens_per_second{",
         "ray_tideserve_kv_pressure{",
         "ray_tideserve_kv_pressure_at_limit{",
-        "ray_tideserve_preemptions_total{",
+        "ray_vllm_num_preemptions_total{",
         "ray_tideserve_gpu_utilization_pct{",
         "ray_tideserve_gpu_memory_used_bytes{",
     ]
