@@ -105,16 +105,16 @@ def main(argv: list[str] | None = None) -> int:
             model_name=_model_label(args.model),
         )
         result = plan(inputs)
+        as_dict = _with_profile(args, result, result.to_dict())
         text = (
-            json.dumps(_with_profile(args, result, result.to_dict()))
-            if args.json
-            else _with_profile(args, result, format_plan(result))
+            json.dumps(as_dict) if args.json else _with_profile(args, result, format_plan(result))
         )
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(text)
-    return write_plan_outputs(args, inputs, result)
+    measured = as_dict.get("profile_throughput", {}).get("replica_requests_per_s")
+    return write_plan_outputs(args, inputs, result, measured)
 
 
 # --- calibration: `calibrate` subcommand and `plan --profile` (capacity/calibrate.py) ------------

@@ -36,7 +36,9 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def write_plan_outputs(args: argparse.Namespace, inputs: PlanInputs, result: Plan) -> int:
+def write_plan_outputs(
+    args: argparse.Namespace, inputs: PlanInputs, result: Plan, measured_rps: float | None = None
+) -> int:
     """Write what --plot / --write-cluster-yaml ask for; 0 on success, 2 on an error (printed)."""
     out = sys.stderr if getattr(args, "json", False) else sys.stdout
     rc = 0
@@ -56,7 +58,8 @@ def write_plan_outputs(args: argparse.Namespace, inputs: PlanInputs, result: Pla
         from capacity.plan_settings import plan_settings
 
         try:
-            settings = plan_settings(result, pin_kv_bytes=getattr(args, "pin_kv_bytes", False))
+            pin = getattr(args, "pin_kv_bytes", False)
+            settings = plan_settings(result, pin_kv_bytes=pin, measured_rps=measured_rps)
             summary = write_plan(args.write_cluster_yaml, settings, getattr(args, "app", None))
             print(f"updated {summary}", file=out)
         except (ValueError, OSError) as exc:

@@ -17,6 +17,9 @@ result into the file. Each value and where it comes from:
 | pools.cold.max_replicas              | the rest                                                  |
 | controller.replica_capacity_rps      | planned requests/s per replica                            |
 
+With a calibrated profile (`plan --profile`) the measured requests/s per replica replaces the
+roofline's in the replica counts and the per-replica capacity, as in the printed plan.
+
 The per-step token budget: below the roofline knee a step is bound by reading the weights, so
 tokens up to the knee ride along almost free; past it each token adds compute time and stalls
 every running decode. knee = dtype bytes x FLOP/s / (2 x bandwidth) tokens (weights/bandwidth
@@ -30,7 +33,7 @@ import math
 from dataclasses import dataclass
 
 from capacity import memory
-from capacity.planner import Plan
+from capacity.planner import Plan, hot_cold_split, replicas_for_peak
 
 MIN_BATCHED_TOKENS = 64
 MAX_BATCHED_TOKENS = 16384
@@ -81,10 +84,18 @@ def batched_tokens(p: Plan, max_num_seqs: int) -> int:
     return min(MAX_BATCHED_TOKENS, max(MIN_BATCHED_TOKENS, want))
 
 
-def plan_settings(p: Plan, *, pin_kv_bytes: bool = False) -> PlanSettings:
-    """The values `--write-cluster-yaml` writes (see the module table)."""
+def plan_settings(
+    p: Plan, *, pin_kv_bytes: bool = False, measured_rps: float | None = None
+) -> PlanSettings:
+    """The values `--write-cluster-yaml` writes (see the module table). `measured_rps` (planned
+    requests/s per replica from a calibrated profile, `plan --profile`) replaces the roofline's
+    figure for the replica counts and the per-replica capacity."""
     max_seqs = min(p.max_concurrency_avg, 65536)
     min_seqs = max(1, min(p.max_concurrency_max_len, max_seqs))
+    rps, hot, cold = p.replica_requests_per_s, p.hot_replicas, p.cold_max_replicas
+    if measured_rps is not None:
+        rps = measured_rps
+        hot, cold = hot_cold_split(replicas_for_peak(p.inputs.peak_qps, rps), p.inputs.hot_fraction)
     return PlanSettings(
         max_num_seqs=max_seqs,
         min_num_seqs=min_seqs,
@@ -93,8 +104,8 @@ def plan_settings(p: Plan, *, pin_kv_bytes: bool = False) -> PlanSettings:
         block_size_tokens=p.inputs.block_size_tokens,
         gpu_memory_utilization=p.inputs.utilization,
         kv_cache_bytes=p.split.kv_region_bytes if pin_kv_bytes else None,
-        hot_replicas=p.hot_replicas,
-        cold_max_replicas=p.cold_max_replicas,
-        replica_capacity_rps=float(f"{p.replica_requests_per_s:.4g}"),  # 4 digits, never 0
+        hot_replicas=hot,
+        cold_max_replicas=cold,
+        replica_capacity_rps=float(f"{rps:.4g}"),  # 4 significant digits, never 0
         planned_kv_bytes=p.split.kv_region_bytes,
     )

@@ -71,3 +71,10 @@ def test_settings_validate_as_an_engine_config():
         cfg = EngineConfig(**s.engine_values())
         assert cfg.max_num_seqs == s.max_num_seqs
         assert memory.blocks_for_tokens(4096, 16) * 16 == 4096
+
+
+def test_a_measured_profile_sets_the_replicas_and_the_capacity():
+    p = _plan()  # peak 50 QPS, hot fraction 0.7
+    s = plan_settings(p, measured_rps=10.0)
+    assert (s.hot_replicas, s.cold_max_replicas, s.replica_capacity_rps) == (4, 1, 10.0)
+    assert s.max_num_seqs == p.max_concurrency_avg  # the memory side stays the budget table's
