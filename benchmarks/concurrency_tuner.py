@@ -196,7 +196,7 @@ def streams(args, vocab: int) -> tuple[list[Arrival], list[list[Arrival]]]:
     """The shifted stream, and each half alone (the same requests, each half from t=0)."""
     rng = random.Random(args.seed)
     chats = Mix(args.chat_rate, (24, 72), (16, 48))
-    summaries = Mix(args.summary_rate, (384, 640), (32, 64))
+    summaries = Mix(args.summary_rate, (256, 512), (32, 64))
     first = arrivals(chats, 0.0, args.half_s, 0, rng, vocab)
     second = arrivals(summaries, args.half_s, args.half_s, 1, rng, vocab)
     alone = [first, [Arrival(a.at_s - args.half_s, *_rest(a)) for a in second]]
@@ -263,11 +263,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--quick", action="store_true", help="short halves, a 2x2 sweep grid")
     p.add_argument("--json", metavar="PATH", help="write the result object here")
-    p.add_argument("--half-s", type=float, default=None, help="seconds per half (60; quick 30)")
-    p.add_argument("--chat-rate", type=float, default=8.0, help="chat arrivals per second")
-    p.add_argument("--summary-rate", type=float, default=0.8, help="summary arrivals per s")
-    p.add_argument("--ttft-slo", type=float, default=2.0, help="TTFT p99 SLO, seconds")
-    p.add_argument("--itl-slo", type=float, default=0.35, help="inter-token p99 SLO, seconds")
+    p.add_argument("--half-s", type=float, default=None, help="seconds per half (40; quick 20)")
+    p.add_argument("--chat-rate", type=float, default=3.0, help="chat arrivals per second")
+    p.add_argument("--summary-rate", type=float, default=0.4, help="summary arrivals per s")
+    p.add_argument("--ttft-slo", type=float, default=3.0, help="TTFT p99 SLO, seconds")
+    p.add_argument("--itl-slo", type=float, default=0.25, help="inter-token p99 SLO, seconds")
     p.add_argument("--start", type=int, nargs=2, default=(32, 512), help="seqs, tokens")
     p.add_argument("--grid-seqs", type=int, nargs="+", default=None)
     p.add_argument("--grid-tokens", type=int, nargs="+", default=None)
@@ -278,8 +278,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--skip-sweep", action="store_true", help="only the fixed and tuner runs")
     args = p.parse_args(argv)
-    args.half_s = args.half_s or (30.0 if args.quick else 60.0)
-    args.grid_seqs = args.grid_seqs or ([8, 32] if args.quick else [4, 8, 16, 32, 64])
+    args.half_s = args.half_s or (20.0 if args.quick else 40.0)
+    args.grid_seqs = args.grid_seqs or ([32, 64] if args.quick else [16, 32, 64])
     args.grid_tokens = args.grid_tokens or ([128, 512] if args.quick else [64, 128, 256, 512])
     return args
 

@@ -13,7 +13,8 @@ so 1.0 is the line. In order:
                                         replicas, not a smaller batch).
     TTFT p99 over, queue wait low       prefill of long prompts takes many chunks: raise the budget
                                         while the steps have room.
-    a raise cost throughput             tokens per busy second fell: step back.
+    a raise cost throughput             scheduled tokens per busy second fell by a quarter: step
+                                        back.
     within SLO with headroom            raise the knob that binds (x2), never above what the KV
                                         budget admits, never into a failed size.
 
@@ -49,7 +50,7 @@ class TunerConfig:
     queue_share: float = 0.5  # R10: queue wait past half the TTFT SLO is a queueing problem
     bound_share: float = 0.25  # a knob binds when admission stopped on it in this share of steps
     prefill_share: float = 0.5  # steps mostly prefill: the budget, not the ceiling, makes them long
-    efficiency_drop: float = 0.15  # tokens per busy second this much below the pre-raise level
+    efficiency_drop: float = 0.25  # tokens per busy second this much below the pre-raise level
     min_samples: int = 4  # first tokens in an interval below this: no TTFT decision
     min_gaps: int = 20  # inter-token gaps in an interval below this: no inter-token decision
     ceiling_ttl_s: float = 120.0  # a failed size may be tried again after this long
@@ -81,7 +82,7 @@ class Observation:
     ttft_ratio: float
     itl_ratio: float
     queue_ratio: float  # admission wait p99 / TTFT SLO
-    tokens_per_busy_s: float  # output tokens per second spent in steps
+    tokens_per_busy_s: float  # scheduled tokens per second spent in steps
     arrivals_per_s: float
     busy_fraction: float  # share of the interval spent in steps
     ceiling_bound: float  # share of steps: admission stopped at the ceiling with requests waiting

@@ -37,14 +37,19 @@ def _worst(p99_by_tier: Mapping[str, float], slos: Mapping[str, TierSlo], field:
     return worst
 
 
-def observation(s: WindowSummary, slos: Mapping[str, TierSlo]) -> Observation:
-    """The tuner's view of an interval: latencies as p99 / SLO of the worst tier."""
+def observation(s: WindowSummary, slos: Mapping[str, TierSlo], min_samples: int = 1) -> Observation:
+    """The tuner's view of an interval: latencies as p99 / SLO of the worst tier. With fewer
+    than `min_samples` first tokens in the interval, TTFT and admission wait come from the last
+    RECENT_S seconds instead (few, long requests)."""
+    recent = s.num_first_tokens < min_samples
+    ttft = s.recent_ttft_p99_s if recent else s.ttft_p99_s
+    wait = s.recent_queue_wait_p99_s if recent else s.queue_wait_p99_s
     return Observation(
-        num_samples=s.num_first_tokens,
+        num_samples=s.num_recent_first_tokens if recent else s.num_first_tokens,
         num_gaps=s.num_gaps,
-        ttft_ratio=_worst(s.ttft_p99_s, slos, "ttft_p99_s"),
+        ttft_ratio=_worst(ttft, slos, "ttft_p99_s"),
         itl_ratio=_worst(s.itl_p99_s, slos, "itl_p99_s"),
-        queue_ratio=_worst(s.queue_wait_p99_s, slos, "ttft_p99_s"),
+        queue_ratio=_worst(wait, slos, "ttft_p99_s"),
         tokens_per_busy_s=s.tokens_per_busy_s,
         arrivals_per_s=s.arrivals_per_s,
         busy_fraction=s.busy_fraction,
@@ -101,7 +106,7 @@ class EngineTuner:
             return None
         self._next_s = now + self.interval_s
         self.last_summary = self.window.take(now, self.engine)
-        obs = observation(self.last_summary, self.slos)
+        obs = observation(self.last_summary, self.slos, self.config.min_samples)
         move, self.state = decide(obs, self.state, self.config, now)
         if move.changed:
             self.engine.set_limits(move.max_num_seqs, move.max_batched_tokens)

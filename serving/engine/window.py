@@ -19,6 +19,7 @@ from common.stats import percentile
 from serving.engine.sequence import SeqStatus
 
 _NO_TOKEN = frozenset({SeqStatus.FINISHED_ABORTED, SeqStatus.FINISHED_TIMEOUT})
+RECENT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,11 @@ class WindowSummary:
     ttft_p99_s: Mapping[str, float] = field(default_factory=dict)
     itl_p99_s: Mapping[str, float] = field(default_factory=dict)
     queue_wait_p99_s: Mapping[str, float] = field(default_factory=dict)
+    # The same over the last RECENT_S seconds, across intervals: at a few long requests per
+    # interval one interval holds too few first tokens to judge TTFT by.
+    num_recent_first_tokens: int = 0
+    recent_ttft_p99_s: Mapping[str, float] = field(default_factory=dict)
+    recent_queue_wait_p99_s: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def busy_fraction(self) -> float:
@@ -60,7 +66,9 @@ class WindowSummary:
 
     @property
     def tokens_per_busy_s(self) -> float:
-        return self.output_tokens / max(self.busy_s, 1e-9)
+        """Scheduled tokens (prefill and decode) per second spent in steps: the engine's work
+        rate, which a bigger batch raises while the fixed cost of a step dominates."""
+        return self.mean_tokens_per_step * self.num_steps / max(self.busy_s, 1e-9)
 
     def throughput_gain(self, factor: float) -> float | None:
         """Predicted tokens/s at `factor` x the current step size over the current one: > 1 while
@@ -90,6 +98,8 @@ class StepWindow:
         self._lock = threading.Lock()
         self._last_token_s: dict[str, float] = {}
         self._sizes: deque[int] = deque(maxlen=recent_sizes)
+        # (time, tier, ttft_s, queue_wait_s) of recent first tokens, kept across intervals
+        self._firsts: deque[tuple[float, str, float, float]] = deque(maxlen=512)
         self._arrivals_at_start = 0
         self._waiting_at_start = 0
         self._reset(now)
@@ -129,7 +139,10 @@ class StepWindow:
         tier = seq.tier.name.lower()
         last = self._last_token_s.get(rid)
         if last is None:
-            self.ttft[tier].append(seq.first_token_s - seq.arrival_s)
+            ttft = seq.first_token_s - seq.arrival_s
+            self.ttft[tier].append(ttft)
+            wait = (seq.admitted_s or seq.first_token_s) - seq.arrival_s
+            self._firsts.append((now, tier, ttft, wait))
         else:
             self.itl[tier].append(now - last)
         self.output_tokens += 1
@@ -176,7 +189,21 @@ class StepWindow:
             ttft_p99_s=_p99(self.ttft),
             itl_p99_s=_p99(self.itl),
             queue_wait_p99_s=_p99(self.queue),
+            **self._recent(now),
         )
+
+    def _recent(self, now: float) -> dict:
+        ttft: dict[str, list[float]] = defaultdict(list)
+        wait: dict[str, list[float]] = defaultdict(list)
+        for t, tier, first_s, wait_s in self._firsts:
+            if t >= now - RECENT_S:
+                ttft[tier].append(first_s)
+                wait[tier].append(wait_s)
+        return {
+            "num_recent_first_tokens": sum(len(v) for v in ttft.values()),
+            "recent_ttft_p99_s": _p99(ttft),
+            "recent_queue_wait_p99_s": _p99(wait),
+        }
 
     def _kv_admissible(self, num_kv_blocks: int, block_size: int) -> int:
         if not self._sizes:

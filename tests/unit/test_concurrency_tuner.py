@@ -143,9 +143,9 @@ def test_slow_prefill_without_a_queue_raises_the_budget():
 
 def test_a_raise_that_cost_throughput_is_stepped_back():
     _, raised = decide(obs(ceiling_bound=0.6), state(), CFG, 100.0)
-    move, back = decide(obs(ceiling_bound=0.6, tokens_per_busy_s=300.0), raised, CFG, 105.0)
+    move, back = decide(obs(ceiling_bound=0.6, tokens_per_busy_s=280.0), raised, CFG, 105.0)
     assert move.action == SHRINK and back.max_num_seqs == 32 and back.seqs_ceiling == 64
-    assert "cut tokens per busy second 400 -> 300" in move.reason
+    assert "cut tokens per busy second 400 -> 280" in move.reason
 
 
 def test_too_few_samples_hold_but_a_step_time_breach_still_acts():
@@ -214,8 +214,13 @@ def test_window_measures_ttft_gaps_queue_and_arrivals(tokenizer, clock):
     assert s.ceiling_bound > 0 and s.kv_bound == 0
     assert s.kv_admissible_seqs == 64 // 1  # 3 + 3 tokens fit one 8-token block
     assert s.waiting_start == 0 and s.waiting_end == 0
+    assert s.num_recent_first_tokens == 4
     again = window.take(clock(), engine)
     assert again.num_arrivals == 0 and again.num_steps == 0
+    # first tokens are remembered across intervals for RECENT_S seconds
+    assert again.num_first_tokens == 0 and again.num_recent_first_tokens == 4
+    clock.advance(31.0)
+    assert window.take(clock(), engine).num_recent_first_tokens == 0
 
 
 def test_engine_tuner_moves_the_engine_knobs_and_reports_each_move(tokenizer, clock):
@@ -264,5 +269,23 @@ def test_observation_takes_the_worst_tier_against_its_own_slo():
     o = observation(s, slos)
     assert o.ttft_ratio == pytest.approx(0.6) and o.itl_ratio == pytest.approx(0.2)
     assert o.queue_ratio == pytest.approx(0.1)
-    assert o.arrivals_per_s == 2.0 and o.busy_fraction == 0.5 and o.tokens_per_busy_s == 40.0
+    assert o.arrivals_per_s == 2.0 and o.busy_fraction == 0.5 and o.tokens_per_busy_s == 80.0
     assert s.throughput_gain(2.0) == pytest.approx(2 * 0.03 / 0.05)
+
+
+def test_few_first_tokens_in_an_interval_are_judged_over_the_recent_ones():
+    from serving.engine.window import WindowSummary
+
+    s = WindowSummary(
+        span_s=2.0, num_steps=10, busy_s=2.0, num_first_tokens=1, num_gaps=90, output_tokens=100,
+        num_arrivals=1, num_completions=1, waiting_start=0, waiting_end=0, ceiling_bound=0.0,
+        budget_bound=0.0, kv_bound=0.0, prefill_fraction=0.4, mean_tokens_per_step=20.0,
+        step_fixed_s=0.01, step_per_token_s=0.001, avg_request_tokens=100.0, kv_admissible_seqs=9,
+        ttft_p99_s={"interactive": 0.1}, itl_p99_s={"interactive": 0.1},
+        queue_wait_p99_s={"interactive": 0.0}, num_recent_first_tokens=6,
+        recent_ttft_p99_s={"interactive": 2.5}, recent_queue_wait_p99_s={"interactive": 0.2},
+    )  # fmt: skip
+    slos = {"interactive": TierSlo(1.0, 0.5)}
+    assert observation(s, slos).ttft_ratio == pytest.approx(0.1)  # min_samples 1: the interval
+    o = observation(s, slos, min_samples=4)
+    assert (o.num_samples, o.ttft_ratio, o.queue_ratio) == (6, 2.5, 0.2)
