@@ -5,7 +5,8 @@ time first, then compute efficiency"); the first that fails is the verdict:
 
     config   hot and cold run one configuration (their fingerprints match; else the keys differ)
     memory   the concurrency cap x the average request against the KV budget: above 1 the cap
-             promises what KV cannot hold (the OOM early warning); KV use past the 85% watermark
+             promises what KV cannot hold (the OOM early warning), failing once requests queue on
+             KV; KV use past the 85% watermark
     queue    admission wait p99 past half the tier's TTFT SLO, a waiting line that grows while
              arrivals outpace completions, or refusals at admission. If a limit binds and
              raising it pays (KV room, steps with room, the step-cost line says a bigger batch

@@ -109,7 +109,8 @@ def _memory_of(r: ReplicaReading) -> tuple[float, Finding]:
         if g.memory_total_bytes
     ]
     kv_bound = w is not None and w.kv_bound >= BOUND_SHARE
-    symptoms = kv_bound or r.num_preemptions > 0 or r.kv_use_fraction >= WATERMARK
+    queued_on_kv = r.num_waiting > 0 and r.kv_use_fraction >= 0.5
+    symptoms = kv_bound or queued_on_kv or r.kv_use_fraction >= WATERMARK
     if pressure > 1.0 and symptoms:
         need = ceiling * blocks_for_tokens(math.ceil(avg), r.block_size_tokens)
         need_bytes = need * r.block_size_tokens * r.kv_bytes_per_token
