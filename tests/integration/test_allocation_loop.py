@@ -58,8 +58,9 @@ def _load(app: str, n: int, prompt_len: int, max_tokens: int, rate_per_s: float)
     return futures
 
 
-def _verdict_while(app: str, futures: list, want: str, timeout_s: float = 40.0):
-    """Poll the doctor until it names `want` (each replica's step window closes every 5 s)."""
+def _verdict_while(app: str, load: cf.Future, want: str, timeout_s: float = 40.0):
+    """Poll the doctor while the load runs, until it names `want` (each replica's step window
+    closes every 5 s)."""
     from serving.llm.doctor import diagnose
     from serving.llm.doctor_cli import collect_readings
 
@@ -70,7 +71,7 @@ def _verdict_while(app: str, futures: list, want: str, timeout_s: float = 40.0):
         if verdict.cause == want:
             break
         time.sleep(1.0)
-    for f in futures:  # let the load finish (refusals and all) before the app goes away
+    for f in load.result():  # let the load finish (refusals and all) before the app goes away
         with contextlib.suppress(Exception):  # 429s are part of the staged overload
             f.result(timeout_s=120)
     return verdict
@@ -115,8 +116,8 @@ def test_doctor_names_a_kv_budget_too_small_for_the_concurrency(served):
     engine = {"num_kv_blocks": 24, "max_num_seqs": 16, "min_num_seqs": 4, "max_model_len": 256}
     deploy(app_args(served["model_dir"], engine=engine, pools=NO_COLD), "kvfault", "/kvfault")
     with cf.ThreadPoolExecutor(1) as pool:
-        load = pool.submit(_load, "kvfault", 16, 100, 100, 20.0)
-        verdict = _verdict_while("kvfault", load.result(), "kv_budget")
+        load = pool.submit(_load, "kvfault", 60, 100, 100, 10.0)
+        verdict = _verdict_while("kvfault", load, "kv_budget")
     assert verdict.cause == "kv_budget", verdict
     assert verdict.knob == "engine.max_num_seqs" and verdict.change.startswith("16 -> ")
     serve.delete("kvfault")
@@ -129,8 +130,8 @@ def test_doctor_names_arrivals_that_exceed_capacity(served):
     args = app_args(served["model_dir"], pools=NO_COLD, engine={"max_num_seqs": 8})
     deploy(args, "busy", "/busy", env={"hot": {STEP_DELAY_ENV: "0.002"}})
     with cf.ThreadPoolExecutor(1) as pool:
-        load = pool.submit(_load, "busy", 200, 20, 40, 20.0)
-        verdict = _verdict_while("busy", load.result(), "arrivals_exceed_capacity")
+        load = pool.submit(_load, "busy", 400, 20, 40, 20.0)
+        verdict = _verdict_while("busy", load, "arrivals_exceed_capacity")
     assert verdict.cause == "arrivals_exceed_capacity", verdict
     assert verdict.knob == "pools.hot.num_replicas" and verdict.change.startswith("+")
     serve.delete("busy")
