@@ -90,7 +90,10 @@ class EngineTuner:
         cfg = engine.config
         # The configured budget is what the KV reservations and a GPU's warm-up pass were sized
         # for: the tuner moves the budget below it, never above.
-        self.config = config or TunerConfig(max_batched_tokens=cfg.max_num_batched_tokens)
+        budget = cfg.max_num_batched_tokens
+        self.config = config or TunerConfig(
+            min_batched_tokens=min(32, budget), max_batched_tokens=budget
+        )
         self.state = initial_state(self.config, cfg.max_num_seqs, cfg.max_num_batched_tokens)
         self.window = StepWindow(now)
         self.on_move = on_move

@@ -239,6 +239,8 @@ def test_engine_tuner_moves_the_engine_knobs_and_reports_each_move(tokenizer, cl
     seen = []
     slo = {"interactive": TierSlo(ttft_p99_s=100.0, itl_p99_s=100.0)}
     tuner = EngineTuner(engine, slo, clock(), interval_s=5.0, on_move=seen.append)
+    # the configured budget sized the reservations (and a GPU's warm-up): never raised past it
+    assert tuner.config.max_batched_tokens == engine.config.max_num_batched_tokens
     params = SamplingParams(max_tokens=4, temperature=0, ignore_eos=True)
     for _ in range(12):
         engine.add_request([5, 6, 7, 8], params)
