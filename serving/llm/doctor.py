@@ -14,8 +14,9 @@ time first, then compute efficiency"); the first that fails is the verdict:
              serve: add replicas
     compute  inter-token p99 past its SLO: the steps are too long (batch too big)
 
-Each verdict names one knob and by how much. Readings come from `ReplicaModel.reading()`
-(serving/llm/readings.py); `serving/llm/doctor_cli.py` collects them and prints this.
+Each verdict names one knob and by how much. Readings come from `ModelReplica.reading()`
+(serving/llm/replica.py, built by serving/llm/monitor.py); `serving/llm/doctor_cli.py` collects
+them and prints this.
 """
 
 from __future__ import annotations
