@@ -173,8 +173,7 @@ async def overload_scenario(
 ) -> dict:
     """Measure capacity closed-loop, then offer `factor` x capacity open-loop for duration_s."""
     body = body_for("interactive", "def main(): return", 64)
-    probe = await closed_loop(url, concurrency, probe_s, body)
-    capacity_rps = sum(o.status == 200 for o in probe) / probe_s
+    capacity_rps = _capacity_rps(await closed_loop(url, concurrency, probe_s, body), probe_s)
     stop = asyncio.Event()
     sampler = asyncio.create_task(sample_rss(app, 1.0, stop))
     offered_rps = factor * capacity_rps
@@ -191,6 +190,16 @@ async def overload_scenario(
     }
 
 
+def _capacity_rps(probe: list[Outcome], probe_s: float) -> float:
+    """Completed requests per second of a closed-loop probe; a probe that completed nothing
+    means the endpoint is not serving, which no overload figure can be measured against."""
+    num_ok = sum(o.status == 200 for o in probe)
+    if num_ok == 0:
+        seen = sorted({(o.status, o.error) for o in probe}, key=str)[:3]
+        raise RuntimeError(f"capacity probe: 0 of {len(probe)} requests succeeded: {seen}")
+    return num_ok / probe_s
+
+
 def _args(body: dict) -> tuple[str, int]:
     return body["prompt"], body["max_tokens"]
 
@@ -201,8 +210,7 @@ async def isolation_scenario(
 ) -> dict:  # fmt: skip
     """Interactive TTFT alone, then beside an offline flood at `factor` x offline capacity."""
     flood = body_for("offline", "summarise this document: " + "x " * 40, 96)
-    probe = await closed_loop(url, concurrency, probe_s, flood)
-    capacity_rps = sum(o.status == 200 for o in probe) / probe_s
+    capacity_rps = _capacity_rps(await closed_loop(url, concurrency, probe_s, flood), probe_s)
     probe_body = _constant("interactive", "def main(): return", 16)
     alone = await open_loop(url, interactive_rps, duration_s, probe_body, seed=1)
     loaded_interactive, loaded_offline = await asyncio.gather(

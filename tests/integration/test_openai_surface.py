@@ -61,7 +61,8 @@ def client(ray_cluster, tmp_path_factory):
     )
     deploy(args, name="openai_surface")
     yield OpenAI(base_url=f"http://127.0.0.1:{PORT}/v1", api_key="unused", max_retries=0)
-    serve.delete("openai_surface")
+    # shutdown, not delete: a proxy left on this port would swallow the next module's serve.start
+    serve.shutdown()
 
 
 def strict(kind, obj):
