@@ -64,12 +64,13 @@ class EngineConfig:
     # paged: our packed paged-attention runner; hf: one transformers forward per request;
     # auto: paged when the model supports transformers' attention interface.
     runner: str = "auto"
-    seed: int = 0  # not read by the engine: a request's own `seed` makes its sampling repeatable
+    seed: int = 0  # seeds unseeded sampling (a request's own `seed` still wins)
 
     def __post_init__(self) -> None:
         check_choice(_OWNER, "kv_mode", self.kv_mode, KV_MODES)
         check_choice(_OWNER, "runner", self.runner, RUNNERS)
         check_choice(_OWNER, "dtype", self.dtype, DTYPES)
+        check_range(_OWNER, "seed", self.seed, 0, 2**63 - 1, integer=True)
         check_range(_OWNER, "block_size_tokens", self.block_size_tokens, 1, 1024, integer=True)
         if self.num_kv_blocks is not None:
             check_range(_OWNER, "num_kv_blocks", self.num_kv_blocks, 1, None, integer=True)

@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator, Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, replace
 
+import torch
+
 from serving.engine import loader
 from serving.engine.config import EngineConfig
 from serving.engine.driver import AsyncDriver
@@ -53,6 +55,10 @@ class LLMEngine:
         if cfg.device != "auto" or cfg.dtype != "auto":  # an explicit choice moves the model
             device = loader.resolve_device(cfg.device)
             model = loader.load_model(model, loader.resolve_dtype(cfg.dtype, device), device)
+        # vLLM's engine `seed`: requests without their own seed draw from the process-wide RNG, so
+        # seeding it here makes a replica's unseeded sampling repeatable run to run (one engine
+        # per replica process, as in vLLM's workers).
+        torch.manual_seed(cfg.seed)
         self.config = cfg
         self.model = model
         self.tokenizer = tokenizer

@@ -129,6 +129,18 @@ def test_seeded_sampling_is_reproducible_and_top_k_1_is_greedy(engine):
     assert top1.token_ids == greedy.token_ids
 
 
+def test_engine_seed_makes_unseeded_sampling_repeatable(model, tokenizer, clock):
+    unseeded = SamplingParams(max_tokens=12, temperature=1.5)
+
+    def run(seed: int) -> list[list[int]]:
+        cfg = EngineConfig(num_kv_blocks=64, block_size_tokens=8, max_model_len=256, seed=seed)
+        outs = LLMEngine(model, tokenizer, cfg, clock=clock).generate([[5, 6, 7]] * 3, unseeded)
+        return [o.token_ids for o in outs]
+
+    assert run(7) == run(7)
+    assert run(7) != run(8)
+
+
 def test_stop_token_ids_end_generation(engine):
     (free,) = engine.generate(
         [[5, 6, 7]], SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
@@ -292,6 +304,8 @@ def test_engine_config_errors_name_field_value_and_range():
         EngineConfig(min_num_seqs=80)
     with pytest.raises(ValueError, match=r"EngineConfig.block_size_tokens=0 is out of range"):
         EngineConfig(block_size_tokens=0)
+    with pytest.raises(ValueError, match=r"EngineConfig.seed=-1 is out of range"):
+        EngineConfig(seed=-1)
     with pytest.raises(
         ValueError,
         match=r"max_model_len=5000 is out of range; allowed: "
