@@ -54,7 +54,10 @@ class Ingress:
         self.default_tier = self.config.server.service_tier_default
         self.fingerprint = self.config.replica_fingerprint()
         self.verified: dict[str, bool] = {}
-        self.refusals = RefusalMemo()
+        tiers, srv = self.config.tiers, self.config.server
+        # The replicas' TTFT rule, applied to each pool's last refused load (dispatch.py).
+        budgets_s = {name: t.ttft_p99_s * t.ttft_admit_fraction for name, t in tiers.items()}
+        self.refusals = RefusalMemo(budgets_s, srv.retry_after_max_s)
         self.app_name = app_name_or_default()
         self._watcher: asyncio.Task | None = None
         self.num_requests = 0  # requests that reached pool choice; read by the forecast controller
