@@ -228,9 +228,13 @@ class ServerSection:
     retry_after_s: float = 2.0
     # The cap on that predicted Retry-After, which is at least 1 s (serving/llm/admission.py).
     retry_after_max_s: float = 60.0
-    # Streams the ingress relays at once. It only awaits, so it is cheap; Serve's default of 5
-    # would cap the whole application at 5 concurrent streams. Replicas bound the real queues.
-    ingress_max_ongoing_requests: int = 1024
+    # Streams the ingress relays at once; null: every stream the replicas can hold, (hot + cold
+    # max) replicas x replica.max_ongoing_requests (serving/config/front_door.py).
+    ingress_max_ongoing_requests: int | None = None
+    # Requests that may wait in the HTTP proxy for the ingress; beyond them Serve answers 429
+    # with Retry-After. null: what drains within the tightest tier's TTFT admission budget at
+    # the replicas' capacity (controller.replica_capacity_rps each; serving/config/front_door.py).
+    ingress_max_queued_requests: int | None = None
     # The tier of a request that names none, and of OpenAI's service_tier "auto" / "default".
     service_tier_default: str = "interactive"
 
@@ -255,14 +259,9 @@ class ServerSection:
         )
         _check_seconds(o, "retry_after_s", self.retry_after_s)
         check_range(o, "retry_after_max_s", self.retry_after_max_s, 1.0, 3600.0)
-        check_range(
-            o,
-            "ingress_max_ongoing_requests",
-            self.ingress_max_ongoing_requests,
-            1,
-            None,
-            integer=True,
-        )
+        for name in ("ingress_max_ongoing_requests", "ingress_max_queued_requests"):
+            if getattr(self, name) is not None:
+                check_range(o, name, getattr(self, name), 1, None, integer=True)
 
 
 def _minute_of_day(owner: str, name: str, value: Any) -> int:

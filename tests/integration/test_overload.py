@@ -12,27 +12,19 @@ import pytest
 
 from benchmarks.loadgen import isolation_scenario, overload_scenario
 from serving.tiny_models import SMALL_LLAMA, save_tiny_model_dir
-from tests.integration.serve_helpers import IDLE, app_args, deploy, wait_idle
+from tests.integration.serve_helpers import (
+    IDLE,
+    OVERLOAD_TTFT_SLO_S,
+    deploy,
+    overload_args,
+    wait_idle,
+)
 
 pytestmark = pytest.mark.integration
 
 PORT = 18720
 APP = "overload"
-TTFT_SLO_S = 1.0
-
-
-def overload_args(model_dir) -> dict:
-    """Two replicas of 2 sequences each: capacity is set by the engine, and 3x (10x offline)
-    of it stays below what the HTTP front door (proxy + ingress, Python, on the same 2 cores)
-    can answer; past ~40 requests/s here the front door itself saturates (see the README)."""
-    return app_args(
-        model_dir,
-        engine={"max_model_len": 256, "max_num_seqs": 2, "min_num_seqs": 2},
-        tiers={
-            "interactive": {"max_waiting": 1, "ttft_p99_s": TTFT_SLO_S},
-            "offline": {"max_waiting": 8},
-        },
-    )
+TTFT_SLO_S = OVERLOAD_TTFT_SLO_S
 
 
 @pytest.fixture(scope="module")
@@ -48,22 +40,28 @@ def served(ray_cluster, tmp_path_factory):
 
 def test_three_times_capacity_gets_429s_and_the_admitted_keep_their_slo(served):
     report = asyncio.run(
-        overload_scenario(served["url"], APP, duration_s=12, probe_s=4, concurrency=8)
+        overload_scenario(
+            served["url"], APP, duration_s=12, probe_s=4, concurrency=8, factors=(1.0, 3.0)
+        )
     )
     print(report)
-    tier = report["tiers"]["interactive"]
-    refused = tier["statuses"].get("429", 0)
     assert report["capacity_rps"] > 1
+    at_1x, at_3x = report["runs"]["1x"], report["runs"]["3x"]
+    tier = at_3x["tiers"]["interactive"]
+    refused = tier["statuses"].get("429", 0)
     assert refused >= 0.2 * tier["num_sent"], tier  # the excess is refused, not queued
-    assert tier["retry_after_missing"] == 0
-    assert report["num_5xx_or_transport_errors"] == 0, tier
+    assert at_3x["num_429_without_retry_after"] == 0
+    assert report["runs"]["3x"]["num_5xx_or_transport_errors"] == 0, tier
     assert set(tier["statuses"]) <= {"200", "429"}, tier  # no error events inside streams
-    assert tier["ok_rps"] >= 0.6 * report["capacity_rps"], tier  # still serving at capacity
-    # Admitted requests' TTFT: p50 within the SLO; p99 within 2x of it here, where the client,
+    assert tier["ok_rps"] >= 0.5 * report["capacity_rps"], tier  # still serving near capacity
+    # Admitted requests' TTFT: p50 within the SLO; p99 within 1.5x of it here, where the client,
     # the proxy, the ingress and both replicas share 2 cores and every refusal costs CPU too.
     # benchmarks/hardening.py measures p99 against the SLO itself over 60 s.
     assert tier["ttft_p50_s"] <= TTFT_SLO_S, tier
-    assert tier["ttft_p99_s"] <= 2 * TTFT_SLO_S, tier
+    assert tier["ttft_p99_s"] <= 1.5 * TTFT_SLO_S, tier
+    # Overload does not eat the work done within SLO (0.9x over 60 s in the benchmark; 12 s
+    # windows on shared cores are noisier).
+    assert at_3x["goodput_rps"] >= 0.75 * at_1x["goodput_rps"], (at_1x, at_3x)
     rss = report["rss_bytes"]
     assert rss["first"] > 0 and rss["max"] <= 1.25 * rss["first"], rss
     assert all(state == IDLE for state in wait_idle(APP).values())
