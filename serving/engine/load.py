@@ -9,9 +9,9 @@ What admission (serving/llm/admission.py) predicts a new request's time to first
   running      the tokens each running sequence is still expected to generate
   waiting      per tier: how many wait, their mean prompt and expected output tokens
 
-Expected output of a request: its max_tokens, capped by the mean output length of the engine's
+Expected output of a request: its max_tokens, capped by the p90 output length of the engine's
 recently finished requests once it has some (a chat request that names no max_tokens asks for
-up to 256 tokens and usually stops far earlier); a running sequence past that mean is expected
+up to 256 tokens and usually stops far earlier); a running sequence past that length is expected
 to need one more token.
 
 The snapshot is plain data (frozen, picklable): the replica sends it with a refusal, and the
@@ -58,7 +58,7 @@ class LoadSnapshot:
 
 
 def expected_output_tokens(max_tokens: int, typical_tokens: float | None) -> float:
-    """What a request will generate: max_tokens, capped by the recent mean when one exists."""
+    """What a request will generate: max_tokens, capped by the recent p90 when one exists."""
     if typical_tokens is None or typical_tokens <= 0:
         return float(max_tokens)
     return float(min(max_tokens, max(1.0, typical_tokens)))

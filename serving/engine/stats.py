@@ -70,9 +70,11 @@ class StatsTracker:
         self._outputs.append(num_output_tokens)
 
     def typical_output_tokens(self) -> float | None:
-        """Mean output tokens of the recent finished requests; None before the first."""
+        """The p90 of recent finished requests' output tokens; None before the first. A high
+        percentile: predicting a sequence ends sooner than it does admits requests that then
+        wait past their SLO, predicting it later only refuses a little early."""
         outputs = list(self._outputs)
-        return sum(outputs) / len(outputs) if outputs else None
+        return float(percentile(outputs, 90)) if outputs else None
 
     def queue_wait_p50_by_tier(self) -> dict[str, float]:
         return {tier: percentile(list(w), 50) for tier, w in list(self._waits_by_tier.items())}

@@ -107,14 +107,15 @@ class RefusalMemo:
         return self._until.get((pool, tier), 0.0) > now
 
     def predicted_refusal(
-        self, pool: str, tier: str, prompt_tokens: int, now: float
+        self, pool: str, request: GenerateRequest, now: float
     ) -> Admission | None:
         """The replica rule applied to the pool's last snapshot; None: ask the replica."""
-        entry = self._loads.get(pool)
+        entry, tier = self._loads.get(pool), request.tier
         if entry is None or tier not in self.budgets_s or entry[1] <= now:
             return None
-        prediction = predict_ttft(entry[0], tier, prompt_tokens, now)
-        decision = judge_ttft(prediction, tier, self.budgets_s[tier], self.retry_after_max_s)
+        prediction = predict_ttft(entry[0], tier, len(request.prompt_token_ids), now)
+        budget_s = max(self.budgets_s[tier] - request.spent_s, 0.0)  # as the replica counts it
+        decision = judge_ttft(prediction, tier, budget_s, self.retry_after_max_s)
         return None if decision.admitted else decision
 
     def note(self, pool: str, refusal: Refusal, now: float) -> None:
@@ -136,7 +137,7 @@ def _memo_refusal(memo: RefusalMemo | None, pool: str, request: GenerateRequest,
     tier = request.tier
     if memo.refused_recently(pool, tier, now):
         return f"{pool}: refused {tier} work within the last {memo.hold_s} s", RETRY_AFTER_MIN_S
-    predicted = memo.predicted_refusal(pool, tier, len(request.prompt_token_ids), now)
+    predicted = memo.predicted_refusal(pool, request, now)
     if predicted is not None:
         return f"{pool}: {predicted.reason} (last refusal's load)", predicted.retry_after_s
     return None

@@ -8,6 +8,7 @@ It validates, counts tokens (it owns the tokenizer and chat template), classifie
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import logging
 import time
@@ -28,6 +29,11 @@ from serving.llm.tools import ToolPlan
 from serving.serve_status import app_name_or_default, running_replicas
 
 log = logging.getLogger("ray.serve")
+# When the ingress began handling the current request (set by the HTTP routes): the time it
+# spends before dispatch counts against the request's TTFT budget at admission.
+RECEIVED_S: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "received_s", default=None
+)
 
 
 class Ingress:
@@ -172,14 +178,18 @@ class Ingress:
     async def _open(self, prompt_ids: list[int], params: SamplingParams, tier: str) -> OpenStream:
         self.num_requests += 1
         await self.ensure_watching()
-        request = GenerateRequest(p.new_id("req"), tuple(prompt_ids), params, tier)
+        now = time.monotonic()
+        spent_s = now - (RECEIVED_S.get() or now)  # this request's time in the ingress so far
+        request = GenerateRequest(
+            p.new_id("req"), tuple(prompt_ids), params, tier, spent_s=max(spent_s, 0.0)
+        )
         return await open_stream(
             self.handles,
             self.available,
             request,
             self.config.server.retry_after_s,
             self.refusals,
-            time.monotonic(),
+            now,
         )
 
     async def _open_choices(

@@ -34,6 +34,9 @@ class GenerateRequest:
     params: SamplingParams
     tier: str = "interactive"
     timeout_s: float | None = None  # queue deadline; None: the tier's max_queue_wait_s
+    # Seconds the ingress already spent on it (validation, tokenizing, earlier pools): they
+    # count against the tier's TTFT budget at admission.
+    spent_s: float = 0.0
 
     def __post_init__(self) -> None:
         check_tier(self.tier, "tier")

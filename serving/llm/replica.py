@@ -143,7 +143,9 @@ class ModelReplica:
         stats = self.engine.stats()
         load = load_snapshot(self.engine, now, stats.concurrency_limit)
         limits = AdmissionLimits(
-            ttft_budget_s=tier_cfg.ttft_p99_s * tier_cfg.ttft_admit_fraction,
+            ttft_budget_s=max(
+                tier_cfg.ttft_p99_s * tier_cfg.ttft_admit_fraction - request.spent_s, 0
+            ),
             max_waiting=tier_cfg.max_waiting,
             offline_idle_fraction=self.config.engine.offline_idle_fraction,
             max_in_replica=max_in_replica(tier, self.config.replica.max_ongoing_requests),

@@ -196,6 +196,10 @@ def test_the_ingress_skips_a_pool_until_its_refused_load_is_predicted_to_fit():
     assert "interactive: predicted TTFT" in info.value.message
     assert info.value.retry_after_s == pytest.approx(1.7)  # until it fits: 2.2 - 0.5
     hot.items = [DELTA]
+    late = GenerateRequest("r2", (1, 2), SamplingParams(max_tokens=1), "interactive", spent_s=0.3)
+    with pytest.raises(ApiError):  # 0.3 s already spent in the ingress: 0.4 s > 0.5 - 0.3 s
+        asyncio.run(open_stream(handles, available, late, 2.0, memo, 102.8))
+    assert hot.calls == 1
     assert attempt(now=102.8).pool == "hot"  # 0.2 s left + one step: fits, the replica is asked
     assert hot.calls == 2
     attempt(now=102.9)  # admitted once: the snapshot is dropped, the replica decides again
