@@ -171,6 +171,11 @@ class Ingress:
         else:
             self.emptying.discard(pool)  # the watcher marks it available once a replica runs
 
+    def mark_received(self) -> None:
+        """The HTTP routes call this first: from here on the request's time counts against its
+        TTFT budget. (The ContextVar stays in this module: Serve pickles the routes by value.)"""
+        RECEIVED_S.set(time.monotonic())
+
     def request_count(self) -> int:
         """Cumulative requests since this ingress started (the controller diffs two readings)."""
         return self.num_requests

@@ -7,7 +7,6 @@ A failure after the stream started (a replica died) becomes an error event, neve
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
@@ -27,7 +26,7 @@ from serving.api.http import (
 )
 from serving.llm import tools
 from serving.llm.choices import ChoiceState
-from serving.llm.ingress import RECEIVED_S, Ingress
+from serving.llm.ingress import Ingress
 from serving.llm.replies import Reply, drain, merge_streams, service_tier_echo
 
 log = logging.getLogger("ray.serve")
@@ -48,7 +47,7 @@ class HttpIngress(Ingress):
         return model_list(self.model_name)
 
     async def _prepare(self, request: Request, kind: type):
-        RECEIVED_S.set(time.monotonic())
+        self.mark_received()
         check_api_key(self.api_key, request)
         req = validate(kind, await read_json(request, self.config.server.max_body_bytes))
         check_model_name(req.model, self.model_name)
