@@ -34,7 +34,7 @@ def served(ray_cluster, tmp_path_factory):
     model_dir = save_tiny_model_dir(tmp_path_factory.mktemp("m") / "small", **SMALL_LLAMA)
     serve.start(http_options={"host": "127.0.0.1", "port": PORT})
     deploy(overload_args(model_dir), APP, f"/{APP}")
-    yield {"url": f"http://127.0.0.1:{PORT}/{APP}/v1/completions"}
+    yield {"url": f"http://127.0.0.1:{PORT}/{APP}/v1/completions", "model_dir": model_dir}
     serve.shutdown()
 
 
@@ -84,3 +84,37 @@ def test_offline_flood_is_refused_while_interactive_keeps_its_slo(served):
     # holds: no interactive request is refused and their TTFT p99 stays within the tier's SLO.
     assert report["loaded"]["interactive"]["ttft_p99_s"] <= TTFT_SLO_S, report["ttft_p99_ratio"]
     assert all(state == IDLE for state in wait_idle(APP).values())
+
+
+def test_past_the_bounded_front_door_the_proxy_answers_429_with_retry_after(served):
+    """An app whose ingress holds 1 request and lets 1 wait: a burst of 12 is answered by Serve's
+    own backpressure in the proxy (429 + Retry-After, before the ingress), never a 5xx."""
+    import httpx
+    from ray import serve
+
+    from tests.integration.serve_helpers import app_args
+
+    args = app_args(
+        served["model_dir"],
+        engine={"max_model_len": 256, "max_num_seqs": 2, "min_num_seqs": 2},
+        pools={"cold": {"min_replicas": 0, "max_replicas": 1, "initial_replicas": 0}},
+        server={"ingress_max_ongoing_requests": 1, "ingress_max_queued_requests": 1},
+    )
+    deploy(args, "frontdoor", "/frontdoor")
+    url = f"http://127.0.0.1:{PORT}/frontdoor/v1/completions"
+    body = {"prompt": "def main(): return", "max_tokens": 64, "ignore_eos": True}
+
+    async def burst() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=60) as client:
+            return list(await asyncio.gather(*(client.post(url, json=body) for _ in range(12))))
+
+    try:
+        answers = asyncio.run(burst())
+    finally:
+        serve.delete("frontdoor")
+    statuses = sorted(r.status_code for r in answers)
+    assert set(statuses) <= {200, 429} and 200 in statuses, statuses
+    refused = [r for r in answers if r.status_code == 429]
+    assert len(refused) >= 6, statuses  # 1 held + 1 queued (+ a few through as streams end)
+    assert all(int(r.headers["retry-after"]) >= 1 for r in refused)
+    assert any("backpressure" in r.text for r in refused), [r.text[:120] for r in refused]
