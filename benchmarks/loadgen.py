@@ -168,24 +168,63 @@ def _constant(tier: str, prompt: str, max_tokens: int):
     return lambda _rng: (tier, body)
 
 
-async def overload_scenario(
-    url: str, app: str, duration_s: float, probe_s: float, concurrency: int, factor: float = 3.0
+def goodput_rps(outcomes: list[Outcome], ttft_slo_s: float, e2e_slo_s: float, span_s: float):
+    """Requests completed within their SLO (first token by ttft_slo_s, done by e2e_slo_s) per
+    second of the offered window: what the server delivered that was still worth having."""
+    good = [
+        o
+        for o in outcomes
+        if o.status == 200 and o.error is None and o.ttft_s is not None
+        and o.ttft_s <= ttft_slo_s and o.latency_s <= e2e_slo_s
+    ]  # fmt: skip
+    return len(good) / span_s
+
+
+async def offered_load(
+    url: str, rate_rps: float, duration_s: float, body: dict, slo_s: tuple[float, float], seed=0
 ) -> dict:
-    """Measure capacity closed-loop, then offer `factor` x capacity open-loop for duration_s."""
+    """`rate_rps` open-loop for duration_s: per-tier summary, goodput, 5xx, bare 429s."""
+    make_body = _constant(body["priority"], *_args(body))
+    out = await open_loop(url, rate_rps, duration_s, make_body, seed)
+    return {
+        "offered_rps": rate_rps,
+        "tiers": summarize(out, duration_s),
+        "goodput_rps": goodput_rps(out, *slo_s, duration_s),
+        "num_5xx_or_transport_errors": sum(o.status == 0 or o.status >= 500 for o in out),
+        "num_refused": sum(o.status == 429 for o in out),
+        "num_429_without_retry_after": sum(o.status == 429 and not o.retry_after for o in out),
+        "retry_after_values_s": sorted({o.retry_after for o in out if o.retry_after}),
+    }
+
+
+async def overload_scenario(
+    url: str,
+    app: str,
+    duration_s: float,
+    probe_s: float,
+    concurrency: int,
+    factors: tuple[float, ...] = (3.0,),
+    slo_s: tuple[float, float] = (1.0, 20.0),
+) -> dict:
+    """Measure capacity closed-loop, then offer each `factor` x capacity open-loop for
+    duration_s, one after the other, sampling the Serve processes' RSS all along."""
     body = body_for("interactive", "def main(): return", 64)
     capacity_rps = _capacity_rps(await closed_loop(url, concurrency, probe_s, body), probe_s)
     stop = asyncio.Event()
     sampler = asyncio.create_task(sample_rss(app, 1.0, stop))
-    offered_rps = factor * capacity_rps
-    out = await open_loop(url, offered_rps, duration_s, _constant("interactive", *_args(body)))
+    runs = {}
+    for i, factor in enumerate(factors):
+        runs[f"{factor:g}x"] = await offered_load(
+            url, factor * capacity_rps, duration_s, body, slo_s, seed=i
+        )
     stop.set()
     rss = await sampler
     return {
         "capacity_rps": capacity_rps,
-        "offered_rps": offered_rps,
         "duration_s": duration_s,
-        "tiers": summarize(out, duration_s),
-        "num_5xx_or_transport_errors": sum(o.status == 0 or o.status >= 500 for o in out),
+        "ttft_slo_s": slo_s[0],
+        "e2e_slo_s": slo_s[1],
+        "runs": runs,
         "rss_bytes": {"first": rss[0], "max": max(rss), "last": rss[-1], "samples": len(rss)},
     }
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ray import serve
-from ray.serve.config import RequestRouterConfig
+from ray.serve.config import BackpressureConfig, RequestRouterConfig
 
 from serving.config import AppConfig
+from serving.config.front_door import front_door
 
 ROUTER = "serving.llm.router:KVHeadroomRouter"
 # Deployment name -> environment variables for its replicas (what an operator sets with a
@@ -70,13 +71,17 @@ def _cold_options(cfg: AppConfig) -> dict:
 
 
 def _ingress_options(cfg: AppConfig) -> dict:
+    door = front_door(cfg)  # bounds derived from the pools, capacity and TTFT SLOs
     return dict(
         name="ingress",
         num_replicas=1,
         # On the head node: with num_cpus 0 it could land on a cold node, and the autoscaler
         # releasing that node after the peak would take the ingress with it.
         ray_actor_options={"num_cpus": 0, "resources": {"node:__internal_head__": 0.001}},
-        max_ongoing_requests=cfg.server.ingress_max_ongoing_requests,
+        max_ongoing_requests=door.max_ongoing_requests,
+        # Past the queue, Serve's proxy answers 429 + Retry-After before the request waits.
+        max_queued_requests=door.max_queued_requests,
+        backpressure_config=BackpressureConfig(status_code=429, retry_after_s=door.retry_after_s),
     )
 
 

@@ -93,7 +93,8 @@ class TierConfig:
 
     _owner: ClassVar[str] = "TierConfig"
 
-    # Time-to-first-token SLO; a replica refuses the tier once its queue wait passes half of it.
+    # Time-to-first-token SLO; a replica admits a request of the tier only if its predicted TTFT
+    # fits ttft_p99_s x ttft_admit_fraction (serving/llm/admission.py).
     ttft_p99_s: float
     e2e_p99_s: float  # end-to-end latency SLO
     max_queue_wait_s: float  # a request waiting longer for admission fails with a timeout
@@ -101,8 +102,14 @@ class TierConfig:
     # Gap between two tokens of one stream; the concurrency tuner keeps a step's time under it
     # (serving/engine/tuner.py). null: no inter-token target for this tier.
     itl_p99_s: float | None = None
+    # The share of ttft_p99_s a predicted TTFT may use: the prediction is a typical value, the
+    # SLO a p99 seen by the client, which also pays the HTTP front door and step-time noise
+    # (R10: queue wait past half the latency budget means saturated).
+    ttft_admit_fraction: float = 0.5
 
     def __post_init__(self) -> None:
+        check_range(self._owner, "ttft_admit_fraction", self.ttft_admit_fraction, 0.0, 1.0,
+                    lo_open=True)  # fmt: skip
         for name in ("ttft_p99_s", "e2e_p99_s", "max_queue_wait_s"):
             _check_seconds(self._owner, name, getattr(self, name))
         check_range(self._owner, "max_waiting", self.max_waiting, 0, None, integer=True)
@@ -216,10 +223,18 @@ class ServerSection:
     max_body_bytes: int = 1048576  # larger request bodies: 413, checked while reading
     default_max_tokens: int = 256  # for requests that name no max_tokens
     max_tokens_limit: int = 4096  # the largest max_tokens a request may ask for
-    retry_after_s: float = 2.0  # Retry-After header on 429/503 answers
-    # Streams the ingress relays at once. It only awaits, so it is cheap; Serve's default of 5
-    # would cap the whole application at 5 concurrent streams. Replicas bound the real queues.
-    ingress_max_ongoing_requests: int = 1024
+    # Retry-After on 429/503 answers that have no prediction (a replica failed, a queue timeout);
+    # a replica's refusal carries the predicted time until capacity frees instead.
+    retry_after_s: float = 2.0
+    # The cap on that predicted Retry-After, which is at least 1 s (serving/llm/admission.py).
+    retry_after_max_s: float = 60.0
+    # Streams the ingress relays at once; null: every stream the replicas can hold, (hot + cold
+    # max) replicas x replica.max_ongoing_requests (serving/config/front_door.py).
+    ingress_max_ongoing_requests: int | None = None
+    # Requests that may wait in the HTTP proxy for the ingress; beyond them Serve answers 429
+    # with Retry-After. null: what drains within the tightest tier's TTFT admission budget at
+    # the replicas' capacity (controller.replica_capacity_rps each; serving/config/front_door.py).
+    ingress_max_queued_requests: int | None = None
     # The tier of a request that names none, and of OpenAI's service_tier "auto" / "default".
     service_tier_default: str = "interactive"
 
@@ -243,14 +258,10 @@ class ServerSection:
             ("max_tokens_limit", self.max_tokens_limit),
         )
         _check_seconds(o, "retry_after_s", self.retry_after_s)
-        check_range(
-            o,
-            "ingress_max_ongoing_requests",
-            self.ingress_max_ongoing_requests,
-            1,
-            None,
-            integer=True,
-        )
+        check_range(o, "retry_after_max_s", self.retry_after_max_s, 1.0, 3600.0)
+        for name in ("ingress_max_ongoing_requests", "ingress_max_queued_requests"):
+            if getattr(self, name) is not None:
+                check_range(o, name, getattr(self, name), 1, None, integer=True)
 
 
 def _minute_of_day(owner: str, name: str, value: Any) -> int:

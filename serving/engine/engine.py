@@ -253,6 +253,8 @@ class LLMEngine:
         for seq in touched:
             if seq.finished:
                 self.tracker.num_finished += 1
+                if seq.first_token_s is not None:  # it generated: its length is a sample
+                    self.tracker.record_output(seq.num_output_tokens)
                 self.runner.release(seq.request_id)
                 self._live.discard(seq.request_id)
         if batch.seqs:

@@ -50,6 +50,7 @@ class StatsTracker:
         self._waits: deque[float] = deque(maxlen=max_waits)
         self._max_waits = max_waits
         self._waits_by_tier: dict[str, deque[float]] = {}
+        self._outputs: deque[int] = deque(maxlen=256)  # output tokens of recent finished requests
         self.num_preemptions = 0
         self.num_finished = 0
         self.num_timeouts = 0
@@ -64,6 +65,16 @@ class StatsTracker:
         if tier is not None:
             waits = self._waits_by_tier.setdefault(tier, deque(maxlen=self._max_waits))
             waits.append(wait_s)
+
+    def record_output(self, num_output_tokens: int) -> None:
+        self._outputs.append(num_output_tokens)
+
+    def typical_output_tokens(self) -> float | None:
+        """The p90 of recent finished requests' output tokens; None before the first. A high
+        percentile: predicting a sequence ends sooner than it does admits requests that then
+        wait past their SLO, predicting it later only refuses a little early."""
+        outputs = list(self._outputs)
+        return float(percentile(outputs, 90)) if outputs else None
 
     def queue_wait_p50_by_tier(self) -> dict[str, float]:
         return {tier: percentile(list(w), 50) for tier, w in list(self._waits_by_tier.items())}

@@ -9,12 +9,16 @@ A pool with no running replica is skipped. When every eligible pool refuses: 429
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 from serving.api.errors import ApiError
-from serving.llm.messages import Delta, Failure, GenerateRequest, ReplicaItem
+from serving.engine.load import LoadSnapshot
+from serving.llm.admission import RETRY_AFTER_MIN_S, Admission, judge_ttft
+from serving.llm.messages import Delta, Failure, GenerateRequest, Refusal, ReplicaItem
+from serving.llm.ttft import predict_ttft
 
 log = logging.getLogger("ray.serve")
 
@@ -42,12 +46,16 @@ class OpenStream:
 
 @dataclass(slots=True)
 class Refusals:
+    """Why each pool refused. Retry-After is the earliest any of them predicted capacity to
+    free: the retry may go to whichever pool frees first."""
+
     reasons: list[str] = field(default_factory=list)
     retry_after_s: float = 0.0
 
     def add(self, reason: str, retry_after_s: float) -> None:
+        first = not self.reasons
         self.reasons.append(reason)
-        self.retry_after_s = max(self.retry_after_s, retry_after_s)
+        self.retry_after_s = retry_after_s if first else min(self.retry_after_s, retry_after_s)
 
     def error(self, default_retry_s: float) -> ApiError:
         if not self.reasons:
@@ -67,22 +75,72 @@ class Refusals:
 
 
 class RefusalMemo:
-    """Remembers for `hold_s` that a pool refused a lower tier (analytical, offline). A flood of
-    such requests, which the pool would refuse again, is then answered at the ingress instead of
-    costing a replica round trip each: on shared cores those round trips are what would slow the
-    interactive requests (measured in tests/integration/test_overload.py). Interactive requests
-    always ask the replicas."""
+    """What the pools' last refusals say, so that requests the pool would refuse again are
+    answered at the ingress instead of costing a replica round trip each (on shared cores those
+    round trips are what would slow the admitted requests; measured in
+    tests/integration/test_overload.py).
 
-    def __init__(self, hold_s: float = 0.5) -> None:
+    - TTFT (every tier): the refusing replica's load snapshot, re-stamped with this process's
+      clock, is judged by the replica's own rule (serving/llm/admission.py `judge_ttft`) with
+      time moving on: the pool is skipped until capacity is predicted to free, for at most
+      `snapshot_hold_s` (another replica of the pool may have room; Serve's routing stats are
+      as old).
+    - count limits (lower tiers only): a pool that refused analytical or offline work is not
+      asked again for that tier for `hold_s`. Interactive requests are judged by TTFT alone.
+    An admitted request clears its pool's snapshot: the pool had room after all."""
+
+    def __init__(
+        self,
+        budgets_s: Mapping[str, float] | None = None,
+        retry_after_max_s: float = 60.0,
+        hold_s: float = 0.5,
+        snapshot_hold_s: float = 2.0,
+    ) -> None:
+        self.budgets_s = dict(budgets_s or {})
+        self.retry_after_max_s = retry_after_max_s
         self.hold_s = hold_s
+        self.snapshot_hold_s = snapshot_hold_s
         self._until: dict[tuple[str, str], float] = {}
+        self._loads: dict[str, tuple[LoadSnapshot, float]] = {}
 
     def refused_recently(self, pool: str, tier: str, now: float) -> bool:
         return self._until.get((pool, tier), 0.0) > now
 
-    def note(self, pool: str, tier: str, now: float) -> None:
-        if tier != "interactive":
+    def predicted_refusal(
+        self, pool: str, request: GenerateRequest, now: float
+    ) -> Admission | None:
+        """The replica rule applied to the pool's last snapshot; None: ask the replica."""
+        entry, tier = self._loads.get(pool), request.tier
+        if entry is None or tier not in self.budgets_s or entry[1] <= now:
+            return None
+        prediction = predict_ttft(entry[0], tier, len(request.prompt_token_ids), now)
+        budget_s = max(self.budgets_s[tier] - request.spent_s, 0.0)  # as the replica counts it
+        decision = judge_ttft(prediction, tier, budget_s, self.retry_after_max_s)
+        return None if decision.admitted else decision
+
+    def note(self, pool: str, refusal: Refusal, now: float) -> None:
+        tier = refusal.tier
+        if tier and tier != "interactive":
             self._until[(pool, tier)] = now + self.hold_s
+        if refusal.load is not None:
+            restamped = dataclasses.replace(refusal.load, taken_s=now)
+            self._loads[pool] = (restamped, now + self.snapshot_hold_s)
+
+    def admitted(self, pool: str) -> None:
+        self._loads.pop(pool, None)
+
+
+def _memo_refusal(memo: RefusalMemo | None, pool: str, request: GenerateRequest, now: float):
+    """(reason, retry_after_s) when the memo answers for `pool`, else None."""
+    if memo is None:
+        return None
+    tier = request.tier
+    if memo.refused_recently(pool, tier, now):
+        return f"{pool}: refused {tier} work within the last {memo.hold_s} s", RETRY_AFTER_MIN_S
+    predicted = memo.predicted_refusal(pool, request, now)
+    if predicted is not None:
+        return f"{pool}: {predicted.reason} (last refusal's load)", predicted.retry_after_s
+    return None
 
 
 async def open_stream(
@@ -102,8 +160,9 @@ async def open_stream(
     for pool in POOL_ORDER[tier]:
         if not available.get(pool, False):
             continue
-        if memo is not None and memo.refused_recently(pool, tier, now):
-            refusals.add(f"{pool}: refused {tier} work within the last {memo.hold_s} s", 1.0)
+        skipped = _memo_refusal(memo, pool, request, now)
+        if skipped is not None:
+            refusals.add(*skipped)
             continue
         response = handles[pool].options(stream=True).generate_stream.remote(request)
         try:
@@ -120,10 +179,12 @@ async def open_stream(
             refusals.add(f"{pool}: empty stream", default_retry_s)
             continue
         if isinstance(first, Delta):
+            if memo is not None:
+                memo.admitted(pool)
             return OpenStream(first, response, pool, response)
         if isinstance(first, Failure):
             raise ApiError(first.status, first.message)
         refusals.add(first.reason, first.retry_after_s)
         if memo is not None:
-            memo.note(pool, tier, now)
+            memo.note(pool, first, now)
     raise refusals.error(default_retry_s)

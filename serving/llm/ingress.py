@@ -8,6 +8,7 @@ It validates, counts tokens (it owns the tokenizer and chat template), classifie
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import logging
 import time
@@ -28,6 +29,11 @@ from serving.llm.tools import ToolPlan
 from serving.serve_status import app_name_or_default, running_replicas
 
 log = logging.getLogger("ray.serve")
+# When the ingress began handling the current request (set by the HTTP routes): the time it
+# spends before dispatch counts against the request's TTFT budget at admission.
+RECEIVED_S: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "received_s", default=None
+)
 
 
 class Ingress:
@@ -54,7 +60,10 @@ class Ingress:
         self.default_tier = self.config.server.service_tier_default
         self.fingerprint = self.config.replica_fingerprint()
         self.verified: dict[str, bool] = {}
-        self.refusals = RefusalMemo()
+        tiers, srv = self.config.tiers, self.config.server
+        # The replicas' TTFT rule, applied to each pool's last refused load (dispatch.py).
+        budgets_s = {name: t.ttft_p99_s * t.ttft_admit_fraction for name, t in tiers.items()}
+        self.refusals = RefusalMemo(budgets_s, srv.retry_after_max_s)
         self.app_name = app_name_or_default()
         self._watcher: asyncio.Task | None = None
         self.num_requests = 0  # requests that reached pool choice; read by the forecast controller
@@ -162,6 +171,11 @@ class Ingress:
         else:
             self.emptying.discard(pool)  # the watcher marks it available once a replica runs
 
+    def mark_received(self) -> None:
+        """The HTTP routes call this first: from here on the request's time counts against its
+        TTFT budget. (The ContextVar stays in this module: Serve pickles the routes by value.)"""
+        RECEIVED_S.set(time.monotonic())
+
     def request_count(self) -> int:
         """Cumulative requests since this ingress started (the controller diffs two readings)."""
         return self.num_requests
@@ -169,14 +183,18 @@ class Ingress:
     async def _open(self, prompt_ids: list[int], params: SamplingParams, tier: str) -> OpenStream:
         self.num_requests += 1
         await self.ensure_watching()
-        request = GenerateRequest(p.new_id("req"), tuple(prompt_ids), params, tier)
+        now = time.monotonic()
+        spent_s = now - (RECEIVED_S.get() or now)  # this request's time in the ingress so far
+        request = GenerateRequest(
+            p.new_id("req"), tuple(prompt_ids), params, tier, spent_s=max(spent_s, 0.0)
+        )
         return await open_stream(
             self.handles,
             self.available,
             request,
             self.config.server.retry_after_s,
             self.refusals,
-            time.monotonic(),
+            now,
         )
 
     async def _open_choices(

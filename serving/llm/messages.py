@@ -23,6 +23,7 @@ from serving.engine.sampling_params import SamplingParams
 if TYPE_CHECKING:
     from capacity.probe import GpuSample
     from serving.config import AppConfig
+    from serving.engine.load import LoadSnapshot
     from serving.engine.window import WindowSummary
 
 
@@ -33,6 +34,9 @@ class GenerateRequest:
     params: SamplingParams
     tier: str = "interactive"
     timeout_s: float | None = None  # queue deadline; None: the tier's max_queue_wait_s
+    # Seconds the ingress already spent on it (validation, tokenizing, earlier pools): they
+    # count against the tier's TTFT budget at admission.
+    spent_s: float = 0.0
 
     def __post_init__(self) -> None:
         check_tier(self.tier, "tier")
@@ -58,10 +62,15 @@ class Delta:
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """The replica will not take the request now; another pool may, or the client retries."""
+    """The replica will not take the request now; another pool may, or the client retries.
+    An admission refusal names the tier, the predicted TTFT and the replica's load snapshot,
+    which the ingress keeps to skip the pool until capacity is predicted to free."""
 
     reason: str
-    retry_after_s: float
+    retry_after_s: float  # the predicted time until capacity frees, bounded (admission.py)
+    tier: str = ""
+    predicted_ttft_s: float | None = None
+    load: LoadSnapshot | None = None
 
 
 @dataclass(frozen=True, slots=True)

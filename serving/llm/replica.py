@@ -15,7 +15,8 @@ from collections.abc import AsyncIterator
 
 from serving.config import AppConfig
 from serving.engine import LLMEngine, RequestTimeoutError, SamplingParams
-from serving.llm.admission import admit, max_in_replica
+from serving.engine.load import load_snapshot
+from serving.llm.admission import AdmissionLimits, admit, max_in_replica
 from serving.llm.messages import (
     Delta,
     Failure,
@@ -138,19 +139,29 @@ class ModelReplica:
         """A Refusal, a Failure, or Deltas until one is finished; the first item decides."""
         tier = request.tier
         tier_cfg = self.config.tiers[tier]
-        decision = admit(
-            self.engine.stats(),
-            tier,
-            tier_cfg.ttft_p99_s,
-            tier_cfg.max_waiting,
-            self.config.engine.offline_idle_fraction,
-            self.config.server.retry_after_s,
-            max_in_replica(tier, self.config.replica.max_ongoing_requests),
+        now = time.monotonic()
+        stats = self.engine.stats()
+        load = load_snapshot(self.engine, now, stats.concurrency_limit)
+        limits = AdmissionLimits(
+            ttft_budget_s=max(
+                tier_cfg.ttft_p99_s * tier_cfg.ttft_admit_fraction - request.spent_s, 0
+            ),
+            max_waiting=tier_cfg.max_waiting,
+            offline_idle_fraction=self.config.engine.offline_idle_fraction,
+            max_in_replica=max_in_replica(tier, self.config.replica.max_ongoing_requests),
+            retry_after_max_s=self.config.server.retry_after_max_s,
         )
+        decision = admit(stats, load, tier, len(request.prompt_token_ids), limits, now)
         if not decision.admitted:
             self.metrics.count_request("refused")
             self.monitor.num_refused += 1
-            yield Refusal(f"{self.pool}: {decision.reason}", decision.retry_after_s)
+            yield Refusal(
+                f"{self.pool}: {decision.reason}",
+                decision.retry_after_s,
+                tier,
+                decision.predicted_ttft_s,
+                load,
+            )
             return
         outcome = ["aborted"]  # until the stream ends: a caller that leaves aborts it
         try:

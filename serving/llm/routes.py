@@ -47,6 +47,7 @@ class HttpIngress(Ingress):
         return model_list(self.model_name)
 
     async def _prepare(self, request: Request, kind: type):
+        self.mark_received()
         check_api_key(self.api_key, request)
         req = validate(kind, await read_json(request, self.config.server.max_body_bytes))
         check_model_name(req.model, self.model_name)

@@ -40,6 +40,28 @@ def app_args(model_dir, **overrides) -> dict:
     return args
 
 
+OVERLOAD_TTFT_SLO_S = 1.0
+
+
+def overload_args(model_dir) -> dict:
+    """The overload app (tests/integration/test_overload.py, benchmarks/hardening.py): two
+    replicas of 2 sequences each, so capacity is set by the engine and 10x of it is what the HTTP
+    front door (proxy + ingress, Python, on the same 2 cores) can still answer. The interactive
+    queue bound is loose (8): the TTFT prediction decides admission, not the count. Serve's
+    per-replica limit (8) and the planned capacity per replica (3 req/s, as measured here) size
+    the ingress's bounded front door (serving/config/front_door.py)."""
+    return app_args(
+        model_dir,
+        engine={"max_model_len": 256, "max_num_seqs": 2, "min_num_seqs": 2},
+        tiers={
+            "interactive": {"max_waiting": 8, "ttft_p99_s": OVERLOAD_TTFT_SLO_S},
+            "offline": {"max_waiting": 8},
+        },
+        replica={"max_ongoing_requests": 8},
+        controller={"enabled": False, "replica_capacity_rps": 3.0},
+    )
+
+
 def deploy(
     args,
     name: str = "tideserve",

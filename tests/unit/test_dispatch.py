@@ -144,7 +144,8 @@ def test_a_recent_refusal_of_a_lower_tier_is_remembered_briefly():
     from serving.llm.dispatch import RefusalMemo
 
     memo = RefusalMemo(hold_s=0.5)
-    cold, hot = FakeHandle([REFUSED]), FakeHandle([REFUSED])
+    offline_refused = Refusal("offline: queue full", 3.0, "offline")
+    cold, hot = FakeHandle([offline_refused]), FakeHandle([offline_refused])
     handles, available = {"hot": hot, "cold": cold}, {"hot": True, "cold": True}
 
     def attempt(tier, now):
@@ -156,8 +157,62 @@ def test_a_recent_refusal_of_a_lower_tier_is_remembered_briefly():
     with pytest.raises(ApiError) as info:
         attempt("offline", now=10.4)  # within the hold: answered without asking the replicas
     assert (cold.calls, hot.calls) == (1, 1) and info.value.status == 429
+    cold.items = hot.items = [Refusal("interactive: queue full", 1.0, "interactive")]
     with pytest.raises(ApiError):
-        attempt("interactive", now=10.4)  # interactive always asks
+        attempt("interactive", now=10.4)  # a count limit of offline says nothing of interactive
     assert (cold.calls, hot.calls) == (2, 2)
     hot.items = [DELTA]
     assert attempt("offline", now=10.6).pool == "hot"  # the hold has passed
+
+
+def busy_load(remaining_tokens: int):
+    from serving.engine.load import LoadSnapshot
+
+    # One slot, busy for `remaining_tokens` more 0.1 s steps.
+    return LoadSnapshot(0.0, 0.1, 0.0, 256, 1, (remaining_tokens,), {})
+
+
+def test_the_ingress_skips_a_pool_until_its_refused_load_is_predicted_to_fit():
+    """The replica's TTFT rule on the pool's last refused snapshot: requests that would be
+    refused are answered at the ingress, with a Retry-After from the prediction, until the
+    predicted wait fits the budget; then the replica is asked again."""
+    from serving.llm.dispatch import RefusalMemo
+
+    memo = RefusalMemo({"interactive": 0.5}, retry_after_max_s=60.0, snapshot_hold_s=30.0)
+    # Busy for 30 steps of 0.1 s: a new request waits 3 s for the slot.
+    refused = Refusal("hot: interactive: predicted TTFT", 2.7, "interactive", 3.2, busy_load(30))
+    hot = FakeHandle([refused])
+    handles, available = {"hot": hot, "cold": FakeHandle([])}, {"hot": True, "cold": False}
+
+    def attempt(now):
+        return asyncio.run(open_stream(handles, available, request("interactive"), 2.0, memo, now))
+
+    with pytest.raises(ApiError):
+        attempt(now=100.0)
+    assert hot.calls == 1
+    with pytest.raises(ApiError) as info:
+        attempt(now=101.0)  # 2 s of wait left: predicted 2.2 s > 0.5 s, not asked
+    assert hot.calls == 1 and info.value.status == 429
+    assert "interactive: predicted TTFT" in info.value.message
+    assert info.value.retry_after_s == pytest.approx(1.7)  # until it fits: 2.2 - 0.5
+    hot.items = [DELTA]
+    late = GenerateRequest("r2", (1, 2), SamplingParams(max_tokens=1), "interactive", spent_s=0.3)
+    with pytest.raises(ApiError):  # 0.3 s already spent in the ingress: 0.4 s > 0.5 - 0.3 s
+        asyncio.run(open_stream(handles, available, late, 2.0, memo, 102.8))
+    assert hot.calls == 1
+    assert attempt(now=102.8).pool == "hot"  # 0.2 s left + one step: fits, the replica is asked
+    assert hot.calls == 2
+    attempt(now=102.9)  # admitted once: the snapshot is dropped, the replica decides again
+    assert hot.calls == 3
+
+
+def test_without_a_snapshot_the_ingress_always_asks_for_interactive():
+    from serving.llm.dispatch import RefusalMemo
+
+    memo = RefusalMemo({"interactive": 0.5})
+    hot = FakeHandle([Refusal("hot: interactive: queue full", 2.0, "interactive")])
+    handles = {"hot": hot, "cold": FakeHandle([])}
+    for now in (1.0, 1.1):
+        with pytest.raises(ApiError):
+            asyncio.run(open_stream(handles, {"hot": True}, request("interactive"), 2.0, memo, now))
+    assert hot.calls == 2

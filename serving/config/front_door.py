@@ -1,0 +1,53 @@
+"""The bounded front door: how many requests the ingress holds, how many may wait for it in the
+HTTP proxy, and what Serve answers beyond that. Derived from the config, not constants.
+
+    max_ongoing_requests  every stream the replicas can hold at once: (hot replicas + cold
+                          max_replicas) x replica.max_ongoing_requests. The ingress only relays,
+                          so a request beyond that could only wait for a replica
+    max_queued_requests   what may wait in the proxy for an ingress slot: slots free at least as
+                          fast as the replicas complete requests, (hot replicas + cold
+                          max_replicas) x controller.replica_capacity_rps, and a request that
+                          waited longer than the tightest tier's admission budget
+                          (ttft_p99_s x ttft_admit_fraction) could no longer meet its SLO:
+                          floor(capacity_rps x budget_s), at least 1
+    retry_after_s         Retry-After of Serve's own 429 past that queue: the time a full queue
+                          takes to drain at that capacity, bounded like the replicas' Retry-After
+
+Beyond the queue, Serve's backpressure (BackpressureConfig, status 429) answers in the proxy,
+before the request reaches the ingress. `server.ingress_max_ongoing_requests` and
+`server.ingress_max_queued_requests` override the derived numbers when set.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from serving.config import AppConfig
+
+RETRY_AFTER_MIN_S = 1.0  # Retry-After is whole seconds (serving/llm/admission.py, same floor)
+
+
+@dataclass(frozen=True, slots=True)
+class FrontDoor:
+    max_ongoing_requests: int
+    max_queued_requests: int
+    retry_after_s: float
+
+
+def front_door(cfg: AppConfig) -> FrontDoor:
+    pools, server = cfg.pools, cfg.server
+    num_replicas = pools.hot.num_replicas + pools.cold.max_replicas
+    capacity_rps = num_replicas * cfg.controller.replica_capacity_rps
+    budget_s = min(t.ttft_p99_s * t.ttft_admit_fraction for t in cfg.tiers.values())
+    max_ongoing = server.ingress_max_ongoing_requests
+    if max_ongoing is None:
+        max_ongoing = num_replicas * cfg.replica.max_ongoing_requests
+    max_queued = server.ingress_max_queued_requests
+    if max_queued is None:
+        max_queued = max(1, math.floor(capacity_rps * budget_s))
+    drain_s = max_queued / capacity_rps
+    retry_s = min(max(drain_s, RETRY_AFTER_MIN_S), server.retry_after_max_s)
+    return FrontDoor(max_ongoing, max_queued, retry_s)

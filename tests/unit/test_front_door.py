@@ -1,0 +1,55 @@
+"""The bounded front door (serving/config/front_door.py): bounds follow from pools, capacity
+and the tiers' TTFT SLOs; the ingress deployment carries them with Serve's 429 backpressure."""
+
+from __future__ import annotations
+
+import pytest
+
+from serving.config import AppConfig
+from serving.config.front_door import front_door
+
+
+def config(**sections) -> AppConfig:
+    base = {
+        "pools": {"hot": {"num_replicas": 1}, "cold": {"max_replicas": 2}},
+        "controller": {"enabled": False, "replica_capacity_rps": 4.0},
+        "replica": {"max_ongoing_requests": 8},
+    }
+    for name, values in sections.items():
+        base[name] = {**base.get(name, {}), **values}
+    return AppConfig.from_args(base)
+
+
+def test_bounds_follow_from_replicas_capacity_and_the_tightest_ttft_budget():
+    door = front_door(config())
+    assert door.max_ongoing_requests == 3 * 8  # every stream the 3 replicas can hold
+    # 3 replicas x 4 req/s drain the queue; interactive's budget is 1.0 s x 0.5
+    assert door.max_queued_requests == 6
+    assert door.retry_after_s == pytest.approx(1.0)  # 6 / 12 req/s = 0.5 s, floored at 1 s
+
+
+def test_a_tighter_slo_or_less_capacity_shrinks_the_queue():
+    tight = config(tiers={"interactive": {"ttft_p99_s": 0.5}})
+    assert front_door(tight).max_queued_requests == 3
+    slow = config(controller={"enabled": False, "replica_capacity_rps": 0.2})
+    door = front_door(slow)
+    assert door.max_queued_requests == 1  # never 0: Serve refuses 0
+    assert door.retry_after_s == pytest.approx(1 / 0.6)  # a full queue drains in 1.67 s
+
+
+def test_explicit_bounds_override_and_are_validated():
+    door = front_door(
+        config(server={"ingress_max_ongoing_requests": 100, "ingress_max_queued_requests": 7})
+    )
+    assert (door.max_ongoing_requests, door.max_queued_requests) == (100, 7)
+    with pytest.raises(ValueError, match=r"server\.ingress_max_queued_requests=0"):
+        config(server={"ingress_max_queued_requests": 0})
+
+
+def test_the_ingress_deployment_carries_the_bounds_and_answers_429_with_retry_after():
+    from serving.app import _ingress_options
+
+    options = _ingress_options(config())
+    assert options["max_ongoing_requests"] == 24 and options["max_queued_requests"] == 6
+    backpressure = options["backpressure_config"]
+    assert backpressure.status_code == 429 and backpressure.retry_after_s == pytest.approx(1.0)
