@@ -45,7 +45,6 @@ class BatchRunner:
         self.last: LaneDecision | None = None
         self.last_view: LaneView | None = None
         self.replica_s_total = 0.0  # idle replica-seconds the lane used, all batches
-        self._last_tick_s: float | None = None
         self._last_save_s = 0.0
         for record in store.load_batches():
             job = Job.restore(record, store, cfg.max_requests_per_batch)
@@ -130,9 +129,7 @@ class BatchRunner:
         return [j for j in self.jobs.values() if j.batch["status"] in jobs.OPEN]
 
     async def tick(self, now_s: float) -> LaneDecision | None:
-        open_jobs = self._open_jobs()
-        self._account(open_jobs, now_s)
-        for job in open_jobs:
+        for job in self._open_jobs():
             self._expire_or_finalize(job)
         open_jobs = [j for j in self._open_jobs() if j.batch["status"] == "in_progress"]
         if not open_jobs:
@@ -153,15 +150,13 @@ class BatchRunner:
                 self.store.save_batch(job.record)
         return decision
 
-    def _account(self, open_jobs: list[Job], now_s: float) -> None:
-        """Replica-seconds of idle capacity used: each batch request holds 1 / slots of one."""
-        dt = 0.0 if self._last_tick_s is None else now_s - self._last_tick_s
-        self._last_tick_s = now_s
+    def _account(self, job: Job, started_s: float) -> None:
+        """Idle capacity used, in replica-seconds: a batch request holds 1 / slots of a replica
+        (the lower-tier request slots the scheduler shares out) for as long as it runs."""
         slots = self.last_view.slots_per_replica if self.last_view else 1
-        for job in open_jobs:
-            used = dt * len(job.in_flight) / max(slots, 1)
-            job.lane["replica_s"] = job.lane.get("replica_s", 0.0) + used
-            self.replica_s_total += used
+        used = (time.monotonic() - started_s) / max(slots, 1)
+        job.lane["replica_s"] = job.lane.get("replica_s", 0.0) + used
+        self.replica_s_total += used
 
     def _yield(self, open_jobs: list[Job], count: int) -> None:
         """Cancel the newest batch requests (least done, least lost); their lines go back."""
@@ -181,6 +176,13 @@ class BatchRunner:
                 count -= 1
 
     async def _run_line(self, job: Job, line: jobs.BatchLine) -> None:
+        started_s = time.monotonic()
+        try:
+            await self._answer_line(job, line)
+        finally:
+            self._account(job, started_s)
+
+    async def _answer_line(self, job: Job, line: jobs.BatchLine) -> None:
         try:
             body = await self.execute(job.batch["endpoint"], line.body)
             entry = jobs.result_entry(line, 200, body)
