@@ -116,3 +116,30 @@ def test_estimate_completion_walks_the_forecast():
     assert eta == pytest.approx(1000.0 + 1.5 * 3600.0)
     assert estimate_completion(0.0, 1e12, DAY, MODEL) is None
     assert estimate_completion(5.0, 0, DAY, MODEL) == 5.0
+
+
+def test_batches_cli_table():
+    from serving.batch.cli import format_table
+
+    listing = {
+        "data": [
+            {
+                "id": "batch_1",
+                "status": "in_progress",
+                "completion_window": "24h",
+                "request_counts": {"total": 10, "completed": 3, "failed": 1},
+                "tideserve": {
+                    "tokens_done": 120,
+                    "idle_capacity_used_replica_s": 2.5,
+                    "estimated_completion_at": 0.0,
+                },
+            }
+        ],
+        "tideserve": {"lane_reason": "idle capacity for 4 batch requests", "store_path": "/s"},
+    }
+    text = format_table(listing)
+    header, row, lane = text.splitlines()
+    assert header.split() == ["id", "status", "done/total", "failed", "tokens", "idle_rep_s",
+                              "eta_utc", "window"]  # fmt: skip
+    assert row.split() == ["batch_1", "in_progress", "4/10", "1", "120", "2.5", "00:00:00", "24h"]
+    assert "idle capacity for 4" in lane
