@@ -3,7 +3,8 @@ a batch submitted at dawn (window = the day), on one hot replica of a tiny model
 
     python benchmarks/batch_valleys.py [--quick] [--json PATH] [--day-s S] [--lines N]
 
-Reports, from the SAME run: interactive TTFT p99 with the batch / without it (target <= 1.1),
+Reports, from the SAME run: interactive TTFT p99 with the batch / without it (target <= 1.1; the
+peer is the mean of a day without the batch run before and one run after it),
 whether the batch finished inside its window with every request answered once, and the hot
 replica's utilisation in the valleys and at the peak before and after (sampled every 0.25 s
 from the replica's own running count). The peer is the same day without the batch.
@@ -88,14 +89,30 @@ def measure(day: Day, lines: int, capacity_rps: float, slot_share: float) -> dic
             deploy(args, APP, "/")
             warm = Day(day_s=5.0, valley_rps=2.0, peak_rps=2.0, seed=99)
             asyncio.run(run_day(base, APP, warm, MAX_NUM_SEQS, None))
+            # without, with, without again: the machine's load drifts (other jobs share it), so
+            # the peer is the mean of the days either side of the batch day
             log(f"day without the batch ({day.day_s:.0f} s)")
-            without = asyncio.run(run_day(base, APP, day, MAX_NUM_SEQS, None))
+            before = asyncio.run(run_day(base, APP, day, MAX_NUM_SEQS, None))
             log(f"day with a batch of {lines} requests")
             batch = {"lines": lines, "max_tokens": day.max_tokens}
             with_batch = asyncio.run(run_day(base, APP, day, MAX_NUM_SEQS, batch))
+            log("day without the batch, again")
+            after = asyncio.run(run_day(base, APP, day, MAX_NUM_SEQS, None))
         finally:
             serve.shutdown()
-    return {"without_batch": without, "with_batch": with_batch}
+    return {
+        "without_batch": mean_day(before, after),
+        "with_batch": with_batch,
+        "without_batch_before": before,
+        "without_batch_after": after,
+    }
+
+
+def mean_day(a: dict, b: dict) -> dict:
+    """The element-wise mean of two reports of the same shape (numbers only)."""
+    if isinstance(a, dict):
+        return {k: mean_day(a[k], b[k]) for k in a}
+    return (a + b) / 2 if isinstance(a, int | float) and isinstance(b, int | float) else a
 
 
 def main(argv: list[str] | None = None) -> int:
