@@ -143,9 +143,16 @@ class BatchRoutes(LaneMixin):
             if key not in body:
                 raise ApiError(400, f"{key} is required", param=key)
         self.ensure_lane_running()
-        return self.lane.create(
-            body["input_file_id"], body["endpoint"], body["completion_window"], body.get("metadata")
+        # Reading and checking a large input file must not stall the ingress's event loop; the
+        # lane sees the job once it is registered, back on the loop.
+        job = await asyncio.to_thread(
+            self.lane.build,
+            body["input_file_id"],
+            body["endpoint"],
+            body["completion_window"],
+            body.get("metadata"),
         )
+        return self.lane.register(job)
 
     @router.get("/v1/batches")
     async def list_batches(self, request: Request) -> dict:

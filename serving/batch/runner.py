@@ -52,6 +52,15 @@ class BatchRunner:
 
     # ----- API operations --------------------------------------------------------------------
     def create(self, input_file_id: str, endpoint: str, window: str, metadata: dict | None) -> dict:
+        return self.register(self.build(input_file_id, endpoint, window, metadata))
+
+    def register(self, job: Job) -> dict:
+        """On the event loop: the lane iterates `jobs` there."""
+        self.jobs[job.batch["id"]] = job
+        return job.view(time.monotonic(), time.time())
+
+    def build(self, input_file_id: str, endpoint: str, window: str, metadata: dict | None) -> Job:
+        """Check the request and the input file, store the record (safe in a worker thread)."""
         endpoint = jobs.check_endpoint(endpoint, self.endpoints)
         window_s = jobs.window_seconds(window, self.cfg.max_completion_window_s)
         metadata = jobs.check_metadata(metadata)
@@ -74,8 +83,7 @@ class BatchRunner:
         job.pending.extend(sorted(job.lines))
         job.refresh_counts()
         self.store.save_batch(job.record)
-        self.jobs[batch["id"]] = job
-        return job.view(time.monotonic(), time.time())
+        return job
 
     def _input_file(self, file_id: object) -> dict:
         try:
