@@ -69,6 +69,22 @@ def wait_status(client, batch_id: str, statuses: tuple, timeout_s: float = 240.0
     raise TimeoutError(f"batch {batch_id} still {batch.status}: {batch.request_counts}")
 
 
+def cli_rows() -> dict[str, list[str]]:
+    """`tideserve batches` against the running app: batch id -> the rest of its row."""
+    import contextlib
+    import io
+
+    from tideserve.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["batches", "--url", f"http://127.0.0.1:{PORT}"]) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0].split()[:3] == ["id", "status", "done/total"]
+    assert lines[-1].startswith("lane: ")
+    return {row.split()[0]: row.split()[1:] for row in lines[1:-1]}
+
+
 def outputs(client, file_id: str) -> list[dict]:
     return [json.loads(x) for x in client.files.content(file_id).text.splitlines()]
 
@@ -107,6 +123,7 @@ def test_files_and_batches_flow_end_to_end(served):
     assert extra["idle_capacity_used_replica_s"] > 0
     listed = client.batches.list(limit=10)
     assert batch.id in [b.id for b in listed.data]
+    assert cli_rows()[batch.id][:3] == ["completed", "12/12", "0"]
     deleted = client.files.delete(up.id)
     FileDeleted.model_validate(deleted.model_dump(), strict=True)
     assert deleted.deleted and up.id not in [f.id for f in client.files.list().data]
