@@ -39,6 +39,12 @@ def _add_replay(sub) -> None:
         default=0.0,
         help="offline (batch) requests submitted each day, run on idle capacity; 0: none",
     )
+    p.add_argument(
+        "--offline-max-cold",
+        type=int,
+        default=0,
+        help="extra replicas a day's batch may start off-peak when the valleys fall short",
+    )
     p.add_argument("--json", default=None, help="write the report here")
     p.add_argument("--plot", default=None, help="write the timeline PNG here")
     p.set_defaults(func=cmd_replay)
@@ -91,7 +97,9 @@ def cmd_replay(args) -> int:
         train_days=args.train_days,
         interval_s=max(round(app_cfg.controller.interval_s), 1),
         seed=args.seed,
-        offline=OfflineLoad(args.offline_per_day) if args.offline_per_day > 0 else None,
+        offline=OfflineLoad(args.offline_per_day, max_cold_replicas=args.offline_max_cold)
+        if args.offline_per_day > 0
+        else None,
     )
     report, results, prep = run_replay(load_trace(args.trace), cfg, service, settings)
     print(format_report(report))
@@ -128,7 +136,9 @@ def format_report(report: dict) -> str:
             lines.append(
                 f"offline {r['name']:<12} {o['valley_gpu_hours_used']:.1f} valley GPU-h used of "
                 f"{o['idle_gpu_hours_before']:.1f} idle; {o['offline_served']:.0f} requests; "
-                f"{o['days_batch_done']}/{o['days_judged']} days' batches done in their day"
+                f"{o['days_batch_done']}/{o['days_judged']} days' batches done in their day; "
+                f"cold started {o['days_cold_started']} days, "
+                f"{o['cold_gpu_hours_for_batch']:.1f} GPU-h"
             )
     lines.append(f"wall {report['wall_s']:.1f} s")
     return "\n".join(lines)

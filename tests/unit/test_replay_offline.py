@@ -35,3 +35,22 @@ def test_offline_load_validates():
         OfflineLoad(10, slot_share=0)
     with pytest.raises(ValueError, match="requests_per_day"):
         OfflineLoad(-1)
+
+
+def _two_days_busy_by_day():
+    t = np.arange(2 * DAY_S)
+    live = np.where((t % DAY_S >= 8 * 3600) & (t % DAY_S < 16 * 3600), 1.0, 0.1)
+    return live, np.ones(len(t))  # one replica of 1 req/s: the day is full, the night is idle
+
+
+def test_a_short_day_starts_cold_replicas_off_peak_only():
+    live, ready = _two_days_busy_by_day()
+    need = 60000  # the night's lane holds 0.45 req/s x 16 h ~ 26 000
+    plain = fill_valleys(live, ready, 0.0, 1.0, OfflineLoad(need, 0.5))
+    cold = fill_valleys(live, ready, 0.0, 1.0, OfflineLoad(need, 0.5, max_cold_replicas=3))
+    assert plain["days_batch_done"] == 0 and plain["cold_gpu_hours_for_batch"] == 0
+    # day 0 has no previous day to forecast from; day 1 forecasts from day 0
+    assert cold["days_cold_started"] == 1 and cold["cold_gpu_hours_for_batch"] > 0
+    assert cold["offline_served"] > plain["offline_served"]
+    # cold replicas never ran in the peak hours: their GPU-hours fit in the 16 off-peak hours
+    assert cold["cold_gpu_hours_for_batch"] <= 3 * 16
