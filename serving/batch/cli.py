@@ -78,5 +78,5 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tideserve batches: {url}: HTTP {reply.status_code} {reply.text}", file=sys.stderr)
         return 1
     listing = reply.json()
-    print(json.dumps(listing, indent=2) if args.json else format_table(listing), end="\n")
+    print(json.dumps(listing, indent=2) + "\n" if args.json else format_table(listing), end="")
     return 0

@@ -143,3 +143,22 @@ def test_batches_cli_table():
                               "eta_utc", "window"]  # fmt: skip
     assert row.split() == ["batch_1", "in_progress", "4/10", "1", "120", "2.5", "00:00:00", "24h"]
     assert "idle capacity for 4" in lane
+
+
+def test_batches_cli_prints_the_table_of_the_listing(monkeypatch, capsys):
+    import httpx
+
+    from tideserve.cli import main
+
+    listing = {"data": [], "tideserve": {"lane_reason": "idle", "store_path": "/s"}}
+    seen = {}
+
+    def fake_get(url, **kwargs):
+        seen["url"] = url
+        return httpx.Response(200, json=listing)
+
+    monkeypatch.setattr(httpx, "get", fake_get)
+    assert main(["batches", "--url", "http://h:1/"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert seen["url"] == "http://h:1/v1/batches"
+    assert lines[0].split()[0] == "id" and lines[-1].startswith("lane: idle")
