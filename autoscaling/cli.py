@@ -33,6 +33,18 @@ def _add_replay(sub) -> None:
     p.add_argument("--avg-input-tokens", type=float, default=1000.0)
     p.add_argument("--avg-output-tokens", type=float, default=200.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--offline-per-day",
+        type=float,
+        default=0.0,
+        help="offline (batch) requests submitted each day, run on idle capacity; 0: none",
+    )
+    p.add_argument(
+        "--offline-max-cold",
+        type=int,
+        default=0,
+        help="extra replicas a day's batch may start off-peak when the valleys fall short",
+    )
     p.add_argument("--json", default=None, help="write the report here")
     p.add_argument("--plot", default=None, help="write the timeline PNG here")
     p.set_defaults(func=cmd_replay)
@@ -70,6 +82,7 @@ def _service(args, app_cfg):
 
 def cmd_replay(args) -> int:
     from autoscaling.policy import PolicyConfig
+    from autoscaling.replay.offline import OfflineLoad
     from autoscaling.replay.runner import ReplaySettings, run_replay
     from autoscaling.replay.traces import load_trace
     from serving.config import load_cluster_yaml
@@ -84,6 +97,9 @@ def cmd_replay(args) -> int:
         train_days=args.train_days,
         interval_s=max(round(app_cfg.controller.interval_s), 1),
         seed=args.seed,
+        offline=OfflineLoad(args.offline_per_day, max_cold_replicas=args.offline_max_cold)
+        if args.offline_per_day > 0
+        else None,
     )
     report, results, prep = run_replay(load_trace(args.trace), cfg, service, settings)
     print(format_report(report))
@@ -114,6 +130,16 @@ def format_report(report: dict) -> str:
             f"{r['num_slo_violations']:>11.0f} {r['ttft_p99_s']:>8.2f}s "
             f"{r['num_scale_events']:>7} {r['hot_replicas']:>4} {r['max_replicas']:>4}"
         )
+    for r in report["policies"]:
+        if "offline" in r:
+            o = r["offline"]
+            lines.append(
+                f"offline {r['name']:<12} {o['valley_gpu_hours_used']:.1f} valley GPU-h used of "
+                f"{o['idle_gpu_hours_before']:.1f} idle; {o['offline_served']:.0f} requests; "
+                f"{o['days_batch_done']}/{o['days_judged']} days' batches done in their day; "
+                f"cold started {o['days_cold_started']} days, "
+                f"{o['cold_gpu_hours_for_batch']:.1f} GPU-h"
+            )
     lines.append(f"wall {report['wall_s']:.1f} s")
     return "\n".join(lines)
 

@@ -305,7 +305,8 @@ did you mean 'max_num_seqs'?
 ```
 
 Leave a key out to keep its default. An LLM app (`model.task: generate`) refuses `batching`; an
-embedding app (`model.task: embed`) refuses `engine`, `tiers`, `controller` and `pools.cold`.
+embedding app (`model.task: embed`) refuses `engine`, `tiers`, `controller`, `batch` and
+`pools.cold`.
 Hot and cold replicas are built from the same `model`, `engine`, `replica`, `tiers`, `server` and
 `batching` values (decision 3 in [design.md](design.md)), and the ingress checks their fingerprint.
 

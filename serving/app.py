@@ -124,7 +124,10 @@ def build_graph(cfg: AppConfig, envs: RuntimeEnvs | None = None):
 
         ensure_controller(cfg)
     ingress = serve.deployment(HttpIngress).options(**_with_env(_ingress_options(cfg), envs))
-    return ingress.bind(shared, hot, cold)
+    # The offline lane reads the batch section and the replica capacity the controller plans with.
+    lane = {"batch": cfg.to_dict()["batch"], "controller": {"enabled": False}}
+    lane["controller"]["replica_capacity_rps"] = cfg.controller.replica_capacity_rps
+    return ingress.bind(shared, hot, cold, lane)
 
 
 def build_app(args: dict | None = None):

@@ -5,6 +5,7 @@
     tideserve replay ...      replay a traffic trace (python -m autoscaling replay)
     tideserve status ...      the live forecast autoscaler (python -m autoscaling status)
     tideserve doctor ...      R10 triage of a running app: the one knob to turn
+    tideserve batches ...     batches of a running app: progress, tokens, idle capacity used
 
 Each command keeps its `python -m` form; `tideserve <command> --help` shows its options and
 their defaults.
@@ -34,6 +35,12 @@ def _doctor(argv: list[str]) -> int:
     return main(argv[1:])
 
 
+def _batches(argv: list[str]) -> int:
+    from serving.batch.cli import main
+
+    return main(argv[1:])
+
+
 # command -> (runner taking the full argv of its `python -m` form, one-line help)
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "plan": (_capacity, "memory budget, roofline throughput and replicas at peak"),
@@ -41,6 +48,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "replay": (_autoscaling, "replay a traffic trace through the policies"),
     "status": (_autoscaling, "forecast, targets and last reasons of the live autoscaler"),
     "doctor": (_doctor, "R10 triage of a running app: config, memory, queue, compute"),
+    "batches": (_batches, "batches of a running app: progress, tokens, idle capacity used"),
 }
 
 

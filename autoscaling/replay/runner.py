@@ -29,6 +29,7 @@ from autoscaling.replay.baselines import (
     StaticController,
     replicas_for,
 )
+from autoscaling.replay.offline import OfflineLoad, fill_valleys
 from autoscaling.replay.service import ServiceModel
 from autoscaling.replay.sim import SimResult, simulate
 from autoscaling.replay.tideserve import TideserveController, learn_hot_replicas
@@ -56,6 +57,7 @@ class ReplaySettings:
     seed: int = 0
     hot_quantile: float = 0.05  # tideserve's hot pool covers this quantile of training traffic
     max_replicas_factor: float = 2.0  # every elastic policy may grow to this x the peak need
+    offline: OfflineLoad | None = None  # a daily batch on the idle capacity (replay/offline.py)
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.policies if p not in POLICIES]
@@ -184,6 +186,9 @@ def run_replay(
         row = metrics(res, prep, cfg.ttft_slo_s)
         row["hot_replicas"] = ctl.hot_replicas
         row["sim_wall_s"] = time.perf_counter() - t
+        if s.offline is not None:
+            cap = service.replica_capacity_rps
+            row["offline"] = fill_valleys(prep.arrivals, res.ready, prep.t0_s, cap, s.offline)
         results[name], rows = res, [*rows, row]
     report = {
         "trace": trace.name,

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from common.validate import check_keys
+from serving.batch.config import BatchSection
 from serving.config.sections import (
     DEFAULT_TIERS,
     TIER_NAMES,
@@ -71,6 +72,8 @@ class AppConfig:
     controller: ControllerSection = field(default_factory=ControllerSection)
     # Dynamic batching of an embedding app (model.task: embed); None for generate apps.
     batching: BatchingConfig | None = None
+    # The offline lane: /v1/files and /v1/batches (serving/batch/); read by the ingress only.
+    batch: BatchSection = field(default_factory=BatchSection)
 
     def __post_init__(self) -> None:
         if not isinstance(self.tiers, Mapping) or tuple(sorted(self.tiers)) != tuple(
@@ -97,6 +100,7 @@ class AppConfig:
             server=_build(ServerSection, "server", data.get("server")),
             controller=_build_controller(data.get("controller")),
             batching=_build_batching(model.task, data.get("batching")),
+            batch=_build(BatchSection, "batch", data.get("batch")),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -211,7 +215,7 @@ def _build_pools(value: Any) -> PoolsConfig:
 
 # Sections only an LLM app reads: an embed app refuses them, as an LLM app refuses `batching`,
 # so a config written for one kind of app never half-applies to the other.
-_LLM_ONLY_SECTIONS = ("engine", "tiers", "controller")
+_LLM_ONLY_SECTIONS = ("engine", "tiers", "controller", "batch")
 
 
 def _refuse_llm_sections(data: Mapping[str, Any]) -> None:

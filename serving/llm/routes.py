@@ -1,4 +1,5 @@
-"""The HTTP routes of the ingress: /v1/models, /v1/completions, /v1/chat/completions, /health.
+"""The HTTP routes of the ingress: /v1/models, /v1/completions, /v1/chat/completions, /health;
+/v1/files and /v1/batches come from serving/batch/routes.py (the offline lane).
 
 SSE frames are `data: <json>\\n\\n` and end with `data: [DONE]`; with
 `stream_options.include_usage` a last chunk carries usage and no choices, as OpenAI sends it.
@@ -24,6 +25,8 @@ from serving.api.http import (
     sse,
     validate,
 )
+from serving.batch.routes import BatchRoutes
+from serving.batch.routes import router as batch_router
 from serving.llm import tools
 from serving.llm.choices import ChoiceState
 from serving.llm.ingress import Ingress
@@ -31,12 +34,17 @@ from serving.llm.replies import Reply, drain, merge_streams, service_tier_echo
 
 log = logging.getLogger("ray.serve")
 api = install_error_handlers(FastAPI(title="tideserve", docs_url=None, redoc_url=None))
+api.include_router(batch_router)  # before serve.ingress below binds the routes to the class
 
 
 # Decorated where it is defined: Serve rewrites the routes' `self` when the decorator runs, and a
 # replica re-imports this module, so the rewrite must happen at import, not in build_app().
 @serve.ingress(api)
-class HttpIngress(Ingress):
+class HttpIngress(BatchRoutes, Ingress):
+    def __init__(self, config: dict, hot, cold, lane: dict | None = None) -> None:
+        super().__init__(config, hot, cold)
+        self.start_lane(lane)  # `lane`: the batch and controller sections (serving/app.py)
+
     @api.get("/health")
     async def health(self) -> dict:
         return {"status": "ok", "pools": dict(self.available)}

@@ -52,6 +52,7 @@ def test_every_section_of_app_config_is_listed():
         "controller",
         "controller.lead_overrides[]",
         "batching",
+        "batch",
     ]
     for section in SECTIONS:
         assert [k.name for k in section.keys] == [f.name for f in dataclasses.fields(section.cls)]
