@@ -52,7 +52,8 @@ class LLMEngine:
         cfg = config or EngineConfig()
         if cfg.device != "auto" or cfg.dtype != "auto":  # an explicit choice moves the model
             device = loader.resolve_device(cfg.device)
-            model = loader.load_model(model, loader.resolve_dtype(cfg.dtype, device), device)
+            dtype = loader.resolve_dtype(cfg.dtype, device, loader.saved_dtype(model))
+            model = loader.load_model(model, dtype, device)
         self.config = cfg
         self.model = model
         self.tokenizer = tokenizer
@@ -116,7 +117,8 @@ class LLMEngine:
         A directory's own modelling code runs only with trust_remote_code=True."""
         cfg = config or EngineConfig()
         device = loader.resolve_device(cfg.device)
-        dtype = loader.resolve_dtype(cfg.dtype, device)
+        saved = loader.saved_dtype(path_or_model, trust_remote_code)
+        dtype = loader.resolve_dtype(cfg.dtype, device, saved)
         if isinstance(path_or_model, str | os.PathLike):  # refuse before reading weights
             loader.preflight(path_or_model, cfg, dtype, device, trust_remote_code)
         model = loader.load_model(path_or_model, dtype, device, trust_remote_code)
