@@ -314,9 +314,11 @@ class LLMEngine:
         tier: str | Tier = "interactive",
         request_id: str | None = None,
         timeout_s: float | None = None,
+        interval_s: float = 0.0,
     ) -> AsyncIterator[StreamDelta]:
-        """Async iterator of deltas; runs the engine loop on the caller's event loop."""
-        return self._driver.stream(prompt, params, tier, request_id, timeout_s)
+        """Async iterator of deltas; runs the engine loop on the caller's event loop.
+        interval_s > 0 coalesces tokens after the first into one delta per interval."""
+        return self._driver.stream(prompt, params, tier, request_id, timeout_s, interval_s)
 
     @property
     def loop_alive(self) -> bool:
