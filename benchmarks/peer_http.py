@@ -172,10 +172,16 @@ def wait_ready(url: str, proc: subprocess.Popen, log_path: Path, timeout_s: floa
     raise TimeoutError(f"{url} not ready in {timeout_s} s")
 
 
+def cli(module: str, func: str) -> list[str]:
+    """A console script run by THIS interpreter (a venv's bin/ scripts may name another one)."""
+    code = f"import sys; from {module} import {func} as f; sys.argv[0] = 'cli'; sys.exit(f())"
+    return [sys.executable, "-c", code]
+
+
 def run_peer(model_dir: Path, dtype: str, prompts, args, tokenizer, tmp: Path) -> c.RunResult:
-    exe = Path(sys.executable).with_name("transformers")
-    cmd = [str(exe), "serve", "--continuous-batching", "--dtype", dtype, "--device", "cpu",
-           "--host", "127.0.0.1", "--port", str(PEER_PORT), str(model_dir)]  # fmt: skip
+    cmd = [*cli("transformers.cli.transformers", "main"), "serve", "--continuous-batching",
+           "--dtype", dtype, "--device", "cpu", "--host", "127.0.0.1", "--port", str(PEER_PORT),
+           str(model_dir)]  # fmt: skip
     env = {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(args.threads)}
     proc = start_process(cmd, tmp / "transformers_serve.log", env)
     try:
@@ -200,9 +206,9 @@ def run_tideserve(cfg, prompts, args, tokenizer, tmp: Path) -> c.RunResult:
 
     config = tmp / "cluster.yaml"
     serve_config(Path(args.config), config)
-    exe = Path(sys.executable).with_name("serve")
     env = {"HF_HUB_OFFLINE": "1", "RAY_ADDRESS": "local", "RAY_USAGE_STATS_ENABLED": "0"}
-    proc = start_process([str(exe), "run", str(config)], tmp / "serve_run.log", env)
+    cmd = [*cli("ray.serve.scripts", "cli"), "run", str(config)]
+    proc = start_process(cmd, tmp / "serve_run.log", env)
     model = cfg.model.served_name or served_name_for(cfg.model.source)
     base = f"http://127.0.0.1:{SERVE_PORT}"
     try:
