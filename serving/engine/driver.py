@@ -8,6 +8,7 @@ starts only when dispatch is done.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -37,6 +38,7 @@ class _Stream:
     detok: IncrementalDetokenizer
     pending: deque = field(default_factory=deque)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    ended: asyncio.Event = field(default_factory=asyncio.Event)  # the last delta or an error is in
     num_emitted: int = 0
 
     def put(self, item: StreamDelta | BaseException) -> None:
@@ -46,6 +48,8 @@ class _Stream:
         else:
             self.pending.append(item)
         self.ready.set()
+        if not isinstance(item, StreamDelta) or item.finished:
+            self.ended.set()
 
     async def get(self) -> StreamDelta | BaseException:
         while not self.pending:
@@ -166,8 +170,9 @@ class AsyncDriver:
             while True:
                 if sent_s is not None and interval_s > 0:
                     wait_s = sent_s + interval_s - time.monotonic()
-                    if wait_s > 0:
-                        await asyncio.sleep(wait_s)
+                    if wait_s > 0 and not st.ended.is_set():  # a stream's end never waits
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(st.ended.wait(), wait_s)
                 item = await st.get()
                 if isinstance(item, BaseException):
                     raise item
