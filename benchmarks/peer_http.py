@@ -224,6 +224,12 @@ def run_tideserve(cfg, prompts, args, tokenizer, tmp: Path) -> c.RunResult:
 
 
 # ----- report ---------------------------------------------------------------------------------
+def config_name(path: str) -> str:
+    """The config as the repository names it (results never record a machine's own paths)."""
+    p = Path(path).resolve()
+    return str(p.relative_to(c.REPO_ROOT)) if p.is_relative_to(c.REPO_ROOT) else p.name
+
+
 def build_report(args, dtype: str, results: dict[str, c.RunResult]) -> dict:
     s = {k: {**r.summary(), **r.extra} for k, r in results.items()}
     ours, peer, eng = s.get("tideserve"), s.get("transformers"), s.get("engine")
@@ -245,7 +251,7 @@ def build_report(args, dtype: str, results: dict[str, c.RunResult]) -> dict:
             "concurrency": args.concurrency,
             "max_tokens": args.max_tokens,
             "temperature": 0,
-            "config": args.config,
+            "config": config_name(args.config),
             "peer_dtype": dtype,
         },
         "systems": s,
