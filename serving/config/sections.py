@@ -200,9 +200,14 @@ class ReplicaSection:
     graceful_shutdown_timeout_s: float = 30.0  # a draining replica finishes in-flight work
     health_check_period_s: float = 10.0  # how often Serve calls check_health
     warmup_max_tokens: int = 4  # the self-check generation run before the replica is ready
+    # After a stream's first token (sent at once), its tokens leave the replica as one message
+    # per this many seconds: fewer Ray streaming hops, SSE frames and decodes per token (Ray Serve
+    # LLM's stream_batching_interval_ms). 0 sends every engine step's tokens as they come.
+    stream_interval_s: float = 0.1
 
     def __post_init__(self) -> None:
         o = self._owner
+        check_range(o, "stream_interval_s", self.stream_interval_s, 0.0, 5.0)
         check_range(o, "num_cpus", self.num_cpus, 0.0, None)
         check_range(o, "num_gpus", self.num_gpus, 0.0, None)
         check_range(o, "torch_threads", self.torch_threads, 1, None, integer=True)

@@ -40,6 +40,7 @@ class PrefillSegment:
     # None when the chunk starts at position 0: attend to this step's keys, plain causal.
     context_blocks: torch.Tensor | None = None  # [num_blocks] block ids of the whole context
     mask: torch.Tensor | None = None  # [chunk, num_blocks * block_size] bool, True = may attend
+    first_position: int = 0  # the chunk's first token position (host-side: no device read)
 
 
 @dataclass(slots=True)
@@ -154,7 +155,7 @@ def _prefill_window(paged: PagedMetadata, seg: PrefillSegment, window: int, bs: 
     """(first table entry, mask) of a chunk's context that its window can see; per step."""
     key = ("prefill-window", seg.start, window)
     if key not in paged.derived:
-        first_query = int(seg.mask[0].sum()) - 1  # the chunk's first position
+        first_query = seg.first_position
         first = max(0, first_query - window + 1) // bs
         mask = _windowed(paged, ("prefill", seg.start), seg.mask, window)[:, first * bs :]
         paged.derived[key] = (first, mask)

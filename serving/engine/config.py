@@ -59,7 +59,10 @@ class EngineConfig:
     # max_num_batched_tokens to keep TTFT and inter-token p99 inside the tiers' SLOs.
     tuner: bool = False
     tuner_interval_s: float = 5.0  # seconds of traffic behind each tuner decision
-    dtype: str = "auto"  # weights and KV cache; auto: bfloat16 on CUDA, float32 on CPU
+    # Weights and KV cache. auto: the model's own dtype where the device runs it fast (CUDA; a
+    # bfloat16 model on a CPU with AMX-BF16 / AVX512-BF16), float32 on other CPUs
+    # (serving/engine/dtypes.py).
+    dtype: str = "auto"
     device: str = "auto"  # auto, cpu, cuda or cuda:N; auto: CUDA when one is visible
     # paged: our packed paged-attention runner; hf: one transformers forward per request;
     # auto: paged when the model supports transformers' attention interface.

@@ -8,7 +8,10 @@ starts only when dispatch is done.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
+import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -27,13 +30,15 @@ log = logging.getLogger(__name__)
 @dataclass(slots=True)
 class _Stream:
     """Deltas waiting for one consumer. A consumer that falls behind (a slow client, a Ray
-    streaming hop) finds the steps it missed merged into one delta: fewer, larger messages
-    exactly when the path downstream is the bottleneck, one per token when it keeps up."""
+    streaming hop) or waits out a stream interval finds the steps it missed merged into one
+    delta: fewer, larger messages exactly when the path downstream is the bottleneck. Text is
+    decoded when a delta is taken, once per message, not once per step."""
 
     seq: Sequence
     detok: IncrementalDetokenizer
     pending: deque = field(default_factory=deque)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    ended: asyncio.Event = field(default_factory=asyncio.Event)  # the last delta or an error is in
     num_emitted: int = 0
 
     def put(self, item: StreamDelta | BaseException) -> None:
@@ -43,6 +48,8 @@ class _Stream:
         else:
             self.pending.append(item)
         self.ready.set()
+        if not isinstance(item, StreamDelta) or item.finished:
+            self.ended.set()
 
     async def get(self) -> StreamDelta | BaseException:
         while not self.pending:
@@ -63,6 +70,12 @@ def _merge(a: StreamDelta, b: StreamDelta) -> StreamDelta:
         queue_wait_s=b.queue_wait_s,
         logprobs=a.logprobs + b.logprobs,
     )
+
+
+def _with_text(st: _Stream, item: StreamDelta) -> StreamDelta:
+    # The engine thread may have appended tokens since this delta: decode up to its own count.
+    ids = st.seq.output_token_ids[: item.num_output_tokens]
+    return dataclasses.replace(item, text=st.detok.step(ids, item.finished))
 
 
 class AsyncDriver:
@@ -124,7 +137,7 @@ class AsyncDriver:
         return StreamDelta(
             request_id=seq.request_id,
             token_ids=new_ids,
-            text=st.detok.step(seq.output_token_ids, seq.finished),
+            text="",  # decoded once per message when the consumer takes it (_with_text)
             finished=seq.finished,
             finish_reason=seq.finish_reason,
             num_prompt_tokens=seq.num_prompt_tokens,
@@ -143,18 +156,28 @@ class AsyncDriver:
             else:
                 st.put(self._delta(st))
 
-    async def stream(self, prompt, params, tier, request_id, timeout_s):
+    async def stream(self, prompt, params, tier, request_id, timeout_s, interval_s=0.0):
+        """Deltas of one request. With interval_s > 0, after the first delta (which leaves at
+        once: TTFT is unchanged) the tokens of up to interval_s are sent as one delta, so each
+        message downstream (a Ray streaming hop, SSE framing) carries several tokens."""
         self._ensure_started()
         seq = self.engine.make_sequence(prompt, params, tier, request_id, timeout_s)
         self.engine.submit(seq)  # raises on a duplicate id before any stream state exists
         st = _Stream(seq, IncrementalDetokenizer(self.engine.decode))
         self._streams[seq.request_id] = st
         try:
+            sent_s = None
             while True:
+                if sent_s is not None and interval_s > 0:
+                    wait_s = sent_s + interval_s - time.monotonic()
+                    if wait_s > 0 and not st.ended.is_set():  # a stream's end never waits
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(st.ended.wait(), wait_s)
                 item = await st.get()
                 if isinstance(item, BaseException):
                     raise item
-                yield item
+                yield _with_text(st, item)
+                sent_s = time.monotonic()
                 if item.finished:
                     return
         finally:

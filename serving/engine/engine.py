@@ -54,7 +54,8 @@ class LLMEngine:
         cfg = config or EngineConfig()
         if cfg.device != "auto" or cfg.dtype != "auto":  # an explicit choice moves the model
             device = loader.resolve_device(cfg.device)
-            model = loader.load_model(model, loader.resolve_dtype(cfg.dtype, device), device)
+            dtype = loader.resolve_dtype(cfg.dtype, device, loader.saved_dtype(model))
+            model = loader.load_model(model, dtype, device)
         # vLLM's engine `seed`: requests without their own seed draw from the process-wide RNG, so
         # seeding it here makes a replica's unseeded sampling repeatable run to run (one engine
         # per replica process, as in vLLM's workers).
@@ -122,7 +123,8 @@ class LLMEngine:
         A directory's own modelling code runs only with trust_remote_code=True."""
         cfg = config or EngineConfig()
         device = loader.resolve_device(cfg.device)
-        dtype = loader.resolve_dtype(cfg.dtype, device)
+        saved = loader.saved_dtype(path_or_model, trust_remote_code)
+        dtype = loader.resolve_dtype(cfg.dtype, device, saved)
         if isinstance(path_or_model, str | os.PathLike):  # refuse before reading weights
             loader.preflight(path_or_model, cfg, dtype, device, trust_remote_code)
         model = loader.load_model(path_or_model, dtype, device, trust_remote_code)
@@ -320,9 +322,11 @@ class LLMEngine:
         tier: str | Tier = "interactive",
         request_id: str | None = None,
         timeout_s: float | None = None,
+        interval_s: float = 0.0,
     ) -> AsyncIterator[StreamDelta]:
-        """Async iterator of deltas; runs the engine loop on the caller's event loop."""
-        return self._driver.stream(prompt, params, tier, request_id, timeout_s)
+        """Async iterator of deltas; runs the engine loop on the caller's event loop.
+        interval_s > 0 coalesces tokens after the first into one delta per interval."""
+        return self._driver.stream(prompt, params, tier, request_id, timeout_s, interval_s)
 
     @property
     def loop_alive(self) -> bool:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import torch
 
 from capacity import memory
-from serving.engine import kv_cache
+from serving.engine import dtypes, kv_cache
 from serving.engine.config import EngineConfig
 from serving.engine.kv_blocks import BlockPool
 from serving.engine.kv_budget import MemoryReading, kv_budget_bytes
@@ -28,11 +28,28 @@ def resolve_device(name: str) -> torch.device:
     return dev
 
 
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+def resolve_dtype(
+    name: str,
+    device: torch.device,
+    model_dtype: torch.dtype | None = None,
+    cpu_flags: frozenset[str] | None = None,
+) -> torch.dtype:
+    """An explicit dtype as named; `auto` by the rule in serving/engine/dtypes.py: the model's own
+    half dtype on CUDA and on CPUs with bf16 units, float32 elsewhere."""
     if name == "auto":
-        # bf16 halves weights and KV on GPUs; CPU kernels are fastest and exact in float32.
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        flags = dtypes.read_cpu_flags() if cpu_flags is None else cpu_flags
+        return dtypes.auto_dtype(device.type, model_dtype, flags)
     return getattr(torch, name)
+
+
+def saved_dtype(path_or_model, trust_remote_code: bool = False) -> torch.dtype | None:
+    """The dtype the model was saved in: a loaded model's config, or the directory's config.json."""
+    if not isinstance(path_or_model, str | os.PathLike):
+        return dtypes.config_dtype(path_or_model.config)
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(path_or_model), trust_remote_code=trust_remote_code)
+    return dtypes.config_dtype(config)
 
 
 def load_model(

@@ -54,6 +54,45 @@ def group_by_length(ctx_desc: list[int], max_groups: int = 4, min_size: int = 4)
     return groups
 
 
+def to_device(values: list[int], device: torch.device, dtype=torch.long) -> torch.Tensor:
+    """Step metadata onto the device. On CUDA through pinned host memory with a non-blocking
+    copy: the host goes on building the step instead of waiting for each small transfer (a copy
+    from pageable memory blocks the host). On CPU the tensor is simply made."""
+    host = torch.tensor(values, dtype=dtype)
+    if device.type != "cuda":
+        return host
+    return host.pin_memory().to(device, non_blocking=True)
+
+
+class ForwardTimer:
+    """The forward's duration without a per-step torch.cuda.synchronize(): on CUDA two events
+    are recorded around it and read after the sampler's device->host copy, which has waited for
+    the forward anyway. On CPU the forward is synchronous: wall time."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.t0 = 0.0
+        if self.cuda:
+            self.start = torch.cuda.Event(enable_timing=True)
+            self.end = torch.cuda.Event(enable_timing=True)
+
+    def begin(self) -> None:
+        if self.cuda:
+            self.start.record()
+        self.t0 = time.perf_counter()
+
+    def stop(self) -> float | None:
+        """Wall seconds on CPU; None on CUDA (read with elapsed_s once the step has synced)."""
+        if self.cuda:
+            self.end.record()
+            return None
+        return time.perf_counter() - self.t0
+
+    def elapsed_s(self) -> float:
+        self.end.synchronize()  # already complete: the sampler's copy waited for it
+        return self.start.elapsed_time(self.end) / 1000.0
+
+
 def _rows_of(batch: ScheduledBatch, rows: list[int]) -> list[Sequence]:
     return [batch.seqs[i] for i in rows]
 
@@ -84,20 +123,20 @@ class PagedRunner:
             t = tables[s.request_id][:num_blocks]
             padded.extend(t)
             padded.extend([0] * (num_blocks - len(t)))
-        lens = torch.tensor(ctx, device=dev)
+        lens = to_device(ctx, dev)
         mask = torch.arange(num_blocks * bs, device=dev).unsqueeze(0) < lens.unsqueeze(1)
         return DecodeGroup(
             start=start,
             end=start + len(seqs),
-            blocks=torch.tensor(padded, dtype=torch.long, device=dev),
+            blocks=to_device(padded, dev),
             mask=mask.view(1, len(seqs), 1, num_blocks * bs),
         )
 
     def _prefill_segment(self, table: list[int], row: int, c: int, n: int) -> PrefillSegment:
-        seg = PrefillSegment(row, row + n)
+        seg = PrefillSegment(row, row + n, first_position=c)
         if c > 0:  # chunked prefill or recompute: attend to the cached context as well
             dev, nb = self.device, -(-(c + n) // self.block_size)
-            seg.context_blocks = torch.tensor(table[:nb], dtype=torch.long, device=dev)
+            seg.context_blocks = to_device(table[:nb], dev)
             q_pos = torch.arange(c, c + n, device=dev).unsqueeze(1)
             seg.mask = torch.arange(nb * self.block_size, device=dev).unsqueeze(0) <= q_pos
         return seg
@@ -132,7 +171,7 @@ class PagedRunner:
                 sampled_from.append(i)
         meta = PagedMetadata(
             kv_cache=self.kv_cache,
-            slot_mapping=torch.tensor(slots, dtype=torch.long, device=self.device),
+            slot_mapping=to_device(slots, self.device),
             prefills=segments,
         )
         decodes = [batch.seqs[i] for i in order]
@@ -144,19 +183,19 @@ class PagedRunner:
     def run(self, batch: ScheduledBatch) -> list[int]:
         ids, pos, meta, sample_rows, sampled_from = self._prepare(batch)
         dev = self.device
-        t0 = time.perf_counter()
+        timer = ForwardTimer(dev)
+        timer.begin()
         out = self.model(
-            input_ids=torch.tensor([ids], device=dev),
-            position_ids=torch.tensor([pos], device=dev),
+            input_ids=to_device(ids, dev).unsqueeze(0),
+            position_ids=to_device(pos, dev).unsqueeze(0),
             use_cache=False,
             paged=meta,
-            logits_to_keep=torch.tensor(sample_rows, dtype=torch.long, device=dev),
+            logits_to_keep=to_device(sample_rows, dev),
         )
         logits = out.logits[0]
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-        self.last_forward_s = time.perf_counter() - t0
-        tokens = sample(logits, _rows_of(batch, sampled_from))
+        wall_s = timer.stop()
+        tokens = sample(logits, _rows_of(batch, sampled_from))  # the step's one sync point
+        self.last_forward_s = timer.elapsed_s() if wall_s is None else wall_s
         by_seq = dict(zip(sampled_from, tokens, strict=True))
         return [by_seq[i] for i in sorted(by_seq)]
 

@@ -9,6 +9,11 @@ One step's order (each stage only uses the token budget the earlier ones left):
      of the slots stay free for interactive work arriving next), FIFO within a tier, while the
      concurrency window and the ledger allow.
 A tier's head that does not fit stops admission for every lower tier too: no overtaking.
+While an interactive prompt is being prefilled, or the interactive queue's head can be admitted
+now, the step leaves offline work out (its decodes wait one step, holding their KV): the prompt's
+first token is then not computed beside a batch of offline decodes (tier isolation of TTFT). An
+interactive head that cannot be admitted holds nothing back, so offline work that holds the KV
+it waits for still runs and frees it.
 One sequence's chunk never exceeds the ledger's `chunk_tokens`, the largest chunk its
 sliding-window reservations assume, even if the step budget is raised later.
 """
@@ -51,6 +56,7 @@ class Scheduler:
         self.ledger = ledger
         self.waiting: dict[Tier, deque[Sequence]] = {t: deque() for t in Tier}
         self.running: list[Sequence] = []
+        self._hold_offline = False  # this step leaves offline work out (_interactive_first)
         # Why the last admission pass stopped: "empty" | "ceiling" | "kv" | "budget" |
         # "offline". The concurrency tuner (serving/engine/tuning.py) counts which limit binds.
         self.stop_reason = "empty"
@@ -94,8 +100,10 @@ class Scheduler:
         batch = ScheduledBatch()
         batch.timed_out = self._expire(now)
         budget = self.config.max_num_batched_tokens
-        decoding = [s for s in self.running if s.num_uncomputed_tokens == 1]
-        prefilling = [s for s in self.running if s.num_uncomputed_tokens > 1]
+        self._hold_offline = self._interactive_first()
+        running = [s for s in self.running if not (self._hold_offline and s.tier is Tier.OFFLINE)]
+        decoding = [s for s in running if s.num_uncomputed_tokens == 1]
+        prefilling = [s for s in running if s.num_uncomputed_tokens > 1]
         decodes: list[Sequence] = []
         chunks: list[tuple[Sequence, int]] = []
         for seq in decoding:
@@ -120,6 +128,25 @@ class Scheduler:
         batch.num_decodes = len(decodes)
         return batch
 
+    def _interactive_first(self) -> bool:
+        """An interactive prompt is prefilling, or the interactive head can be admitted now."""
+        if any(s.tier is Tier.INTERACTIVE and s.num_uncomputed_tokens > 1 for s in self.running):
+            return True
+        queue = self.waiting[Tier.INTERACTIVE]
+        if not queue:
+            return False
+        cfg, head = self.config, queue[0]
+        limit = concurrency_limit(
+            self.ledger.use_fraction,
+            cfg.min_num_seqs,
+            cfg.max_num_seqs,
+            cfg.kv_low_watermark,
+            cfg.kv_high_watermark,
+        )
+        chunk = min(head.num_uncomputed_tokens, cfg.max_num_batched_tokens)
+        chunk = min(chunk, self.ledger.chunk_tokens)
+        return len(self.running) < limit and self.ledger.can_admit(head, chunk)
+
     def _expire(self, now: float) -> list[Sequence]:
         expired: list[Sequence] = []
         for queue in self.waiting.values():
@@ -143,6 +170,9 @@ class Scheduler:
         self.stop_reason = "empty"
         for tier in Tier:
             queue = self.waiting[tier]
+            if tier is Tier.OFFLINE and self._hold_offline:
+                self.stop_reason = "offline" if queue else self.stop_reason
+                return budget
             if tier is Tier.OFFLINE and self.ledger.use_fraction >= cfg.offline_idle_fraction:
                 self.stop_reason = "offline" if queue else self.stop_reason
                 return budget

@@ -180,6 +180,7 @@ class ModelReplica:
                 tier=request.tier,
                 request_id=request.request_id,
                 timeout_s=request.timeout_s or tier_cfg.max_queue_wait_s,
+                interval_s=self.config.replica.stream_interval_s,
             )
             async for delta in stream:
                 if first_s is None:

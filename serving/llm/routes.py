@@ -115,20 +115,21 @@ class HttpIngress(BatchRoutes, Ingress):
         return prompt if isinstance(prompt, str) else self.tokenizer.decode(prompt)
 
     async def _stream(self, reply: Reply, items) -> AsyncIterator[str]:
-        for frame in reply.opening():
-            yield sse(frame)
+        # One write per replica message: a delta's frames (content, tool calls, finish) are
+        # encoded and sent together, the opening frames with the first delta.
+        opening = "".join(sse(frame) for frame in reply.opening())
         try:
             async for index, item in items:
-                for frame in reply.frames(index, item):
-                    yield sse(frame)
+                data = opening + "".join(sse(frame) for frame in reply.frames(index, item))
+                if data:  # a delta may hold no text yet (a UTF-8 character split across tokens)
+                    yield data
+                    opening = ""
         except Exception as err:  # mid-stream failure: tell the client, then end the stream
             # The type only: an error's text may quote the request, and prompts stay out of logs.
             log.warning("stream %s failed: %s", reply.rid, type(err).__name__)
             message = f"generation failed mid-stream ({type(err).__name__}); retry"
-            yield sse(error_body(message, "server_error", code="replica_failed"))
+            yield opening + sse(error_body(message, "server_error", code="replica_failed"))
             yield sse("[DONE]")
             return
         usage = reply.req.stream_options is not None and reply.req.stream_options.include_usage
-        if usage:
-            yield sse(reply.usage_frame())
-        yield sse("[DONE]")
+        yield opening + (sse(reply.usage_frame()) if usage else "") + sse("[DONE]")

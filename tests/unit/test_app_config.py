@@ -54,8 +54,8 @@ def test_shipped_cluster_yaml_loads_with_the_documented_values():
     )
     assert cfg.model == ModelSection(source="embedded")
     assert cfg.pools.hot == HotPool(num_replicas=1, resources={})
-    assert cfg.pools.cold == ColdPool(min_replicas=0, max_replicas=2, initial_replicas=1)
-    assert cfg.replica == ReplicaSection()
+    assert cfg.pools.cold == ColdPool(min_replicas=0, max_replicas=2, initial_replicas=0)
+    assert cfg.replica == ReplicaSection(torch_threads=2, stream_interval_s=0.1)
     assert cfg.server.api_key_env is None
     assert dict(cfg.tiers) == dict(DEFAULT_TIERS)
     assert cfg.controller == ControllerSection()
@@ -356,7 +356,7 @@ def test_fingerprint_covers_exactly_what_hot_and_cold_replicas_share():
 
     assert with_("engine", max_num_seqs=33) != fp
     assert with_("model", served_name="other") != fp
-    assert with_("replica", torch_threads=2) != fp
+    assert with_("replica", torch_threads=3) != fp
     assert with_("pools", hot={"num_replicas": 3}) == fp
     assert with_("tiers", offline={"max_waiting": 1}) != fp  # replicas admit by these
     assert with_("server", retry_after_s=5) != fp

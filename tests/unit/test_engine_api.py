@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -188,6 +189,38 @@ def test_a_slow_consumer_gets_merged_deltas_and_loses_nothing(engine):
     assert [t for d in deltas for t in d.token_ids] == ref.token_ids
     assert "".join(d.text for d in deltas) == ref.text
     assert deltas[-1].finished and deltas[-1].num_output_tokens == 30
+
+
+def test_stream_interval_sends_first_token_alone_then_coalesces_and_decodes_once(engine):
+    params = SamplingParams(max_tokens=30, temperature=0, ignore_eos=True)
+    (ref,) = engine.generate([[5, 6, 7]], params)
+    decodes = []
+    original = engine.decode
+    engine.decode = lambda ids: decodes.append(len(ids)) or original(ids)
+
+    async def collect():
+        return [d async for d in engine.stream([5, 6, 7], params, interval_s=0.05)]
+
+    deltas = asyncio.run(collect())
+    assert len(deltas[0].token_ids) == 1  # the first token is not held back (TTFT)
+    assert len(deltas) < 15  # a tiny model's steps take ms: many tokens per 50 ms message
+    assert [t for d in deltas for t in d.token_ids] == ref.token_ids
+    assert "".join(d.text for d in deltas) == ref.text
+    assert len(decodes) == 2 * len(deltas)  # two short windows per message, not per token
+    assert deltas[-1].finished and deltas[-1].num_output_tokens == 30
+
+
+def test_a_stream_end_does_not_wait_out_the_interval(engine):
+    params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+
+    async def collect():
+        t0 = time.monotonic()
+        deltas = [d async for d in engine.stream([5, 6, 7], params, interval_s=30.0)]
+        return deltas, time.monotonic() - t0
+
+    deltas, elapsed_s = asyncio.run(collect())
+    assert sum(len(d.token_ids) for d in deltas) == 12 and deltas[-1].finished
+    assert len(deltas) == 2 and elapsed_s < 15.0  # the last delta left when it was ready
 
 
 def test_concurrent_streams_and_a_cancelled_one_leaks_nothing(engine):

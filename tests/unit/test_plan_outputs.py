@@ -162,6 +162,8 @@ def test_write_plan_result_is_what_build_app_accepts(tmp_path):
 
 def test_write_plan_can_pin_kv_bytes_and_clamps_initial_replicas(tmp_path):
     path = _copy_cluster_yaml(tmp_path)
+    text = path.read_text().replace("initial_replicas: 0 ", "initial_replicas: 1 ")
+    path.write_text(text)  # the shipped file starts no cold replica; this one asks for one
     summary = write_plan(path, _with(kv_cache_bytes=3 * 2**30, cold_max_replicas=0))
     text = path.read_text()
     assert "kv_cache_bytes: 3221225472     # 3.00 GiB of KV cache per replica (capacity plan)" in (

@@ -120,6 +120,27 @@ def test_queue_deadline_fails_the_request_with_a_clear_error():
     assert s.num_waiting() == 0
 
 
+def test_offline_work_waits_while_an_interactive_prompt_starts():
+    s = make()
+    for i in range(3):
+        s.add(req(f"off{i}", prompt_len=4, max_tokens=20, tier=Tier.OFFLINE))
+    step(s)
+    step(s)  # three offline decodes running
+    s.add(req("int", prompt_len=4, max_tokens=5))
+    s.add(req("off-new", prompt_len=4, max_tokens=5, tier=Tier.OFFLINE))
+    assert ids(step(s)) == ["int"]  # its first token is computed without the offline rows
+    assert sorted(ids(step(s))) == ["int", "off-new", "off0", "off1", "off2"]
+
+
+def test_an_interactive_head_that_cannot_be_admitted_holds_no_offline_work_back():
+    s = make(num_blocks=12)
+    for i in range(3):
+        s.add(req(f"off{i}", prompt_len=6, max_tokens=10, tier=Tier.OFFLINE))
+    step(s)
+    s.add(req("int", prompt_len=40, max_tokens=8))  # needs more blocks than are left
+    assert sorted(ids(step(s))) == [q.request_id for q in s.running]  # offline goes on
+
+
 def test_admitted_request_is_not_timed_out_while_generating():
     s = make()
     s.add(req("a", max_tokens=10, arrival=NOW, deadline=NOW + 1.0))
@@ -143,10 +164,11 @@ def test_reserve_mode_never_preempts_and_finishes_everything():
 
 def test_on_demand_preempts_lowest_tier_latest_arrival_and_recomputes():
     s = make(kv_mode="on_demand", num_blocks=6, block=4, on_demand_free_fraction=0.0)
-    s.add(req("int-early", prompt_len=4, max_tokens=12, arrival=1.0))
+    # Offline first, alone: beside an admissible interactive prompt it would not be admitted.
     s.add(req("off-late", prompt_len=4, max_tokens=12, tier=Tier.OFFLINE, arrival=3.0))
+    preempted = [q.request_id for q in step(s).preempted]
+    s.add(req("int-early", prompt_len=4, max_tokens=12, arrival=1.0))
     s.add(req("int-late", prompt_len=4, max_tokens=12, arrival=2.0))
-    preempted = []
     for _ in range(12):
         preempted += [q.request_id for q in step(s).preempted]
     assert preempted and preempted[0] == "off-late"

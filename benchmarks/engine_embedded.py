@@ -1,0 +1,159 @@
+"""The engine against transformers' `generate_batch` on the embedded SmolLM2-135M-Instruct, in one
+process, at the default dtype (`dtype: auto` on this machine), the same chat prompts for both.
+
+    python benchmarks/engine_embedded.py [--quick] [--json PATH] [--num-requests 16]
+        [--max-tokens 96] [--dtype auto|float32|bfloat16] [--threads N] [--rounds R]
+
+Every request generates exactly --max-tokens tokens (EOS ignored by both), greedily; each system
+runs --rounds times (3; 2 with --quick) alternating, and the best round of each is compared (the
+machine is shared: the best round is the least disturbed one). `generate_batch` gets the engine's
+per-step token budget and concurrency. Greedy outputs are compared request by request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from benchmarks import _common as c
+from benchmarks.peer_http import chat_prompts
+
+TARGET = 3.0
+ENGINE = dict(max_num_seqs=64, min_num_seqs=16, max_num_batched_tokens=512, block_size_tokens=16)
+
+
+def encode(tokenizer, prompts: list[str]) -> list[list[int]]:
+    out = []
+    for p in prompts:
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True
+        )
+        out.append(list(ids["input_ids"] if hasattr(ids, "keys") else ids))
+    return out
+
+
+def run_engine(engine, prompts: list[list[int]], max_tokens: int) -> tuple[float, list]:
+    from serving.engine import SamplingParams
+
+    params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
+    t0 = time.perf_counter()
+    outs = engine.generate(prompts, [params] * len(prompts))
+    return time.perf_counter() - t0, [o.token_ids for o in outs]
+
+
+def run_generate_batch(model, prompts: list[list[int]], max_tokens: int) -> tuple[float, list]:
+    from transformers import GenerationConfig
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    gen = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0, max_new_tokens=1)
+    cb = ContinuousBatchingConfig(
+        max_batch_tokens=ENGINE["max_num_batched_tokens"],
+        max_requests_per_batch=ENGINE["max_num_seqs"],
+    )
+    t0 = time.perf_counter()
+    res = model.generate_batch(
+        prompts, generation_config=gen, continuous_batching_config=cb, max_new_tokens=max_tokens
+    )
+    wall = time.perf_counter() - t0
+    by_id = sorted(res.values(), key=lambda r: int(str(r.request_id).rsplit("_", 1)[-1]))
+    return wall, [list(r.generated_tokens) for r in by_id]
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="2 rounds (default 3)")
+    p.add_argument("--json", metavar="PATH", help="write the result object here")
+    p.add_argument("--num-requests", type=int, default=16)
+    p.add_argument("--max-tokens", type=int, default=96)
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
+    p.add_argument("--threads", type=int, default=torch.get_num_threads())
+    p.add_argument("--rounds", type=int, default=None)
+    args = p.parse_args()
+    args.rounds = args.rounds or (2 if args.quick else 3)
+    return args
+
+
+def load(args):
+    from transformers import AutoTokenizer
+
+    from serving.engine import EngineConfig, LLMEngine
+    from serving.model_source import resolve_model_dir
+
+    model_dir = resolve_model_dir("embedded")
+    engine = LLMEngine.from_pretrained(model_dir, EngineConfig(dtype=args.dtype, **ENGINE))
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    # generate_batch gets its own copy: the engine installs its attention function on its model.
+    from transformers import AutoModelForCausalLM
+
+    peer = AutoModelForCausalLM.from_pretrained(model_dir, dtype=engine.dtype).eval()
+    return engine, peer, tokenizer
+
+
+def measure(args, engine, peer, prompts) -> tuple[dict, dict]:
+    """Alternating rounds; wall seconds per round and the last outputs of each system."""
+    warm = [prompts[0][:8]]
+    run_engine(engine, warm, 4)
+    run_generate_batch(peer, warm, 4)
+    systems = {"engine": (run_engine, engine), "generate_batch": (run_generate_batch, peer)}
+    walls: dict[str, list[float]] = {name: [] for name in systems}
+    outs: dict[str, list] = {}
+    for r in range(args.rounds):
+        for name, (fn, obj) in systems.items():
+            wall, outs[name] = fn(obj, prompts, args.max_tokens)
+            walls[name].append(wall)
+            c.log(f"round {r}: {name} {args.num_requests * args.max_tokens / wall:.1f} tok/s")
+    tokens = args.num_requests * args.max_tokens
+    for name, o in outs.items():
+        if sum(map(len, o)) != tokens:
+            raise RuntimeError(f"{name} generated {sum(map(len, o))} tokens, not {tokens}")
+    return walls, outs
+
+
+def build_report(args, dtype: str, walls: dict, outs: dict) -> dict:
+    tokens = args.num_requests * args.max_tokens
+    tps = {k: tokens / min(v) for k, v in walls.items()}
+    same = sum(a == b for a, b in zip(outs["engine"], outs["generate_batch"], strict=True))
+    ratio = tps["engine"] / tps["generate_batch"]
+    workload = {
+        "num_requests": args.num_requests,
+        "max_tokens": args.max_tokens,
+        "dtype_asked": args.dtype,
+        "dtype": dtype,
+        "torch_threads": args.threads,
+        "rounds": args.rounds,
+        "engine_config": ENGINE,
+    }
+    return {
+        "benchmark": "engine_embedded",
+        "machine": c.machine_info("cpu", dtype),
+        "model": "SmolLM2-135M-Instruct (embedded)",
+        "workload": workload,
+        "tokens_per_s": tps,
+        "wall_s_by_round": walls,
+        "ratio_engine_vs_generate_batch": ratio,
+        "target": TARGET,
+        "target_met": ratio >= TARGET,
+        "greedy_outputs_equal": f"{same}/{args.num_requests}",
+    }
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    engine, peer, tokenizer = load(args)
+    prompts = encode(tokenizer, chat_prompts(args.num_requests))
+    walls, outs = measure(args, engine, peer, prompts)
+    report = build_report(args, str(engine.dtype).removeprefix("torch."), walls, outs)
+    print({k: report[k] for k in ("tokens_per_s", "ratio_engine_vs_generate_batch")})
+    if args.json:
+        c.write_json(args.json, report)
+
+
+if __name__ == "__main__":
+    main()

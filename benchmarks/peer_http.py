@@ -1,0 +1,313 @@
+"""The default job against the plain alternative: tideserve's `serve run cluster.yaml` vs
+`transformers serve --continuous-batching`, over HTTP, and the engine alone in one process.
+
+    python benchmarks/peer_http.py [--quick] [--json PATH] [--concurrency 16] [--max-tokens 96]
+        [--config cluster.yaml] [--peer-dtype auto|float32|bfloat16]
+
+Each system runs alone on the machine, one after the other, on the same 48 chat prompts (96 with
+no --quick), `--concurrency` streams in flight (closed loop), greedy, `--max-tokens` each:
+- engine        LLMEngine.stream() in this process, the config's engine section and torch_threads
+- transformers  `transformers serve --continuous-batching <model dir>` (its OpenAI server)
+- tideserve     `serve run <config>` (the shipped cluster.yaml, only the port changed to 18800)
+Both servers get POST /v1/chat/completions with stream=true. Output tokens are counted by one
+tokenizer (the model's) over each reply's streamed text, for both servers and the engine alike.
+TTFT is from a request's start to its first chunk with content. The peer runs at the dtype our
+`dtype: auto` picks on this machine (its own `auto` would pick the checkpoint's bfloat16, which a
+CPU without bf16 units emulates slowly), so both do the same arithmetic.
+cpu_s_by_process: CPU seconds per process during tideserve's measured run (replica, ingress,
+proxy, ...), the where-does-CPU-go reading of the HTTP path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # before anything imports ray
+
+from benchmarks import _common as c
+
+PEER_PORT, SERVE_PORT = 18801, 18800
+TARGETS = {"tokens_per_s_vs_transformers": 1.5, "http_vs_engine_tokens_per_s": 0.85}
+TOPICS = ["the ocean", "volcanoes", "bread", "trains", "the moon", "bees", "chess", "rain",
+          "libraries", "bicycles", "coffee", "mountains"]  # fmt: skip
+FORMS = ["Explain {} to a ten-year-old.", "Write a short poem about {}.",
+         "Give three surprising facts about {}.", "Describe {} in one paragraph."]  # fmt: skip
+
+
+def chat_prompts(n: int) -> list[str]:
+    """n distinct user messages, the same for every system."""
+    all_ = [form.format(topic) for form in FORMS for topic in TOPICS]
+    return [all_[i % len(all_)] + (f" (take {i // len(all_) + 1})" if i >= len(all_) else "")
+            for i in range(n)]  # fmt: skip
+
+
+# ----- the HTTP client: one streamed chat completion -------------------------------------------
+async def chat_one(client, model: str, prompt: str, max_tokens: int, mark: c.Mark) -> str:
+    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "stream": True,
+            "max_tokens": max_tokens, "temperature": 0}  # fmt: skip
+    parts: list[str] = []
+    async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
+        if resp.status_code != 200:
+            raise RuntimeError(f"HTTP {resp.status_code}: {(await resp.aread())[:300]!r}")
+        async for line in resp.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if "error" in chunk:
+                raise RuntimeError(f"stream error: {chunk['error']}")
+            for choice in chunk.get("choices") or []:
+                text = (choice.get("delta") or {}).get("content")
+                if text:
+                    mark.token()
+                    parts.append(text)
+    return "".join(parts)
+
+
+async def run_http(name, base_url, model, prompts, args, tokenizer) -> c.RunResult:
+    import httpx
+
+    n = args.concurrency
+    limits = httpx.Limits(max_connections=n + 4, max_keepalive_connections=n)
+    async with httpx.AsyncClient(base_url=base_url, timeout=None, limits=limits) as client:
+        for p in prompts[:2]:  # warm-up, not measured
+            await chat_one(client, model, p, 8, c.Mark(time.perf_counter()))
+        one = lambda p, m: chat_one(client, model, p, args.max_tokens, m)  # noqa: E731
+        return await measure(name, prompts, args.concurrency, tokenizer, one)
+
+
+async def measure(name, prompts, concurrency, tokenizer, one) -> c.RunResult:
+    """Closed loop of `one(prompt, mark) -> text`; tokens = the tokenizer's count of the text."""
+    sem, n = asyncio.Semaphore(concurrency), len(prompts)
+    lat, ttft, texts = [0.0] * n, [0.0] * n, [""] * n
+
+    async def task(i: int) -> None:
+        async with sem:
+            mark = c.Mark(time.perf_counter())
+            texts[i] = await one(prompts[i], mark)
+            end = time.perf_counter()
+            lat[i], ttft[i] = end - mark.start, (mark.first or end) - mark.start
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(task(i) for i in range(n)))
+    wall = time.perf_counter() - t0
+    counts = [len(tokenizer(t, add_special_tokens=False).input_ids) for t in texts]
+    res = c.RunResult(name, wall, sum(counts), lat, ttft)
+    res.extra["tokens_per_request_min_max"] = [min(counts), max(counts)]
+    c.log(f"{name}: {res.num_tokens / wall:.1f} tok/s, {res.num_tokens} tokens in {wall:.1f}s")
+    return res
+
+
+# ----- the systems --------------------------------------------------------------------------
+def run_engine(model_dir: Path, cfg, prompts, args, tokenizer) -> tuple[c.RunResult, str]:
+    import torch
+
+    from serving.engine import LLMEngine, SamplingParams
+
+    torch.set_num_threads(cfg.replica.torch_threads)  # what one replica gets
+    engine = LLMEngine.from_pretrained(model_dir, cfg.engine)
+
+    async def one(prompt: str, mark: c.Mark, max_tokens: int = args.max_tokens) -> str:
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
+        )
+        ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        parts = []
+        async for d in engine.stream(ids, SamplingParams(max_tokens=max_tokens, temperature=0)):
+            if d.token_ids:
+                mark.token()
+            parts.append(d.text)
+        return "".join(parts)
+
+    async def main() -> c.RunResult:
+        for p in prompts[:2]:
+            await one(p, c.Mark(time.perf_counter()), 8)
+        return await measure("engine", prompts, args.concurrency, tokenizer, one)
+
+    res = asyncio.run(main())
+    return res, str(engine.dtype).removeprefix("torch.")
+
+
+def start_process(cmd: list[str], log_path: Path, env: dict) -> subprocess.Popen:
+    c.log(f"starting: {' '.join(cmd)}")
+    log = open(log_path, "w")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env},
+                            start_new_session=True)  # fmt: skip
+
+
+def stop_process(proc: subprocess.Popen, grace_s: float = 60.0) -> None:
+    """SIGINT to the group this script started (serve run cleans up Ray on it), then SIGKILL."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def wait_ready(url: str, proc: subprocess.Popen, log_path: Path, timeout_s: float = 600) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: server exited; log tail:\n{log_path.read_text()[-2000:]}")
+        try:
+            if httpx.get(url, timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(2.0)
+    raise TimeoutError(f"{url} not ready in {timeout_s} s")
+
+
+def cli(module: str, func: str) -> list[str]:
+    """A console script run by THIS interpreter (a venv's bin/ scripts may name another one)."""
+    code = f"import sys; from {module} import {func} as f; sys.argv[0] = 'cli'; sys.exit(f())"
+    return [sys.executable, "-c", code]
+
+
+def run_peer(model_dir: Path, dtype: str, prompts, args, tokenizer, tmp: Path) -> c.RunResult:
+    cmd = [*cli("transformers.cli.transformers", "main"), "serve", "--continuous-batching",
+           "--dtype", dtype, "--device", "cpu", "--host", "127.0.0.1", "--port", str(PEER_PORT),
+           str(model_dir)]  # fmt: skip
+    env = {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(args.threads)}
+    proc = start_process(cmd, tmp / "transformers_serve.log", env)
+    try:
+        base = f"http://127.0.0.1:{PEER_PORT}"
+        wait_ready(f"{base}/health", proc, tmp / "transformers_serve.log")
+        return asyncio.run(run_http("transformers", base, str(model_dir), prompts, args, tokenizer))
+    finally:
+        stop_process(proc)
+
+
+def serve_config(src: Path, dst: Path) -> None:
+    """The shipped config with only the HTTP port moved into this benchmark's range."""
+    import yaml
+
+    doc = yaml.safe_load(src.read_text())
+    doc.setdefault("http_options", {})["port"] = SERVE_PORT
+    dst.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def run_tideserve(cfg, prompts, args, tokenizer, tmp: Path) -> c.RunResult:
+    from serving.model_source import served_name_for
+
+    config = tmp / "cluster.yaml"
+    serve_config(Path(args.config), config)
+    env = {"HF_HUB_OFFLINE": "1", "RAY_ADDRESS": "local", "RAY_USAGE_STATS_ENABLED": "0"}
+    cmd = [*cli("ray.serve.scripts", "cli"), "run", str(config)]
+    proc = start_process(cmd, tmp / "serve_run.log", env)
+    model = cfg.model.served_name or served_name_for(cfg.model.source)
+    base = f"http://127.0.0.1:{SERVE_PORT}"
+    try:
+        wait_ready(f"{base}/v1/models", proc, tmp / "serve_run.log")
+        before = c.cpu_snapshot()
+        res = asyncio.run(run_http("tideserve", base, model, prompts, args, tokenizer))
+        res.extra["cpu_s_by_process"], res.extra["cpu_s_other_jobs"] = c.cpu_used(
+            before, c.cpu_snapshot()
+        )
+        return res
+    finally:
+        stop_process(proc)
+
+
+# ----- report ---------------------------------------------------------------------------------
+def config_name(path: str) -> str:
+    """The config as the repository names it (results never record a machine's own paths)."""
+    p = Path(path).resolve()
+    return str(p.relative_to(c.REPO_ROOT)) if p.is_relative_to(c.REPO_ROOT) else p.name
+
+
+def build_report(args, dtype: str, results: dict[str, c.RunResult]) -> dict:
+    s = {k: {**r.summary(), **r.extra} for k, r in results.items()}
+    ours, peer, eng = s.get("tideserve"), s.get("transformers"), s.get("engine")
+    ratios = {
+        "tokens_per_s_vs_transformers": c.ratio(ours, peer, "tokens_per_s"),
+        "http_vs_engine_tokens_per_s": c.ratio(ours, eng, "tokens_per_s"),
+        "ttft_p50_vs_transformers": c.ratio(ours, peer, "ttft_p50_s"),
+        "ttft_p99_vs_transformers": c.ratio(ours, peer, "ttft_p99_s"),
+    }
+    met = {k: v is not None and v >= TARGETS[k] for k, v in ratios.items() if k in TARGETS}
+    met["ttft_p99_no_worse"] = ratios["ttft_p99_vs_transformers"] is not None and (
+        ratios["ttft_p99_vs_transformers"] <= 1.0
+    )
+    return {
+        "benchmark": "peer_http",
+        "machine": c.machine_info("cpu", dtype),
+        "workload": {
+            "num_requests": args.num_requests,
+            "concurrency": args.concurrency,
+            "max_tokens": args.max_tokens,
+            "temperature": 0,
+            "config": config_name(args.config),
+            "peer_dtype": dtype,
+        },
+        "systems": s,
+        "ratios": ratios,
+        "targets": TARGETS,
+        "targets_met": met,
+        "notes": __doc__.split("\n\n", 2)[2].strip(),
+    }
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="48 requests (default 96)")
+    p.add_argument("--json", metavar="PATH", help="write the result object here")
+    p.add_argument("--config", default=str(c.REPO_ROOT / "cluster.yaml"))
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--max-tokens", type=int, default=96)
+    p.add_argument("--num-requests", type=int, default=None)
+    p.add_argument("--peer-dtype", default="auto", help="auto: what our dtype auto picks here")
+    p.add_argument("--skip", default="", help="comma-separated systems not to run")
+    args = p.parse_args()
+    args.num_requests = args.num_requests or (48 if args.quick else 96)
+    return args
+
+
+def main() -> None:
+    from transformers import AutoTokenizer
+
+    from serving.config.app_config import load_cluster_yaml
+    from serving.model_source import resolve_model_dir
+
+    args = parse_args()
+    cfg = load_cluster_yaml(args.config)
+    args.threads = cfg.replica.torch_threads
+    model_dir = resolve_model_dir(cfg.model.source)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)  # the one tokenizer that counts
+    prompts, skip = chat_prompts(args.num_requests), set(args.skip.split(","))
+    results: dict[str, c.RunResult] = {}
+    dtype = args.peer_dtype
+    with tempfile.TemporaryDirectory(prefix="peer_http_") as tmp:
+        if "engine" not in skip:
+            results["engine"], auto = run_engine(model_dir, cfg, prompts, args, tokenizer)
+            dtype = auto if dtype == "auto" else dtype
+        if dtype == "auto":
+            raise SystemExit("--peer-dtype auto needs the engine run (it reads our auto dtype)")
+        if "transformers" not in skip:
+            peer = run_peer(model_dir, dtype, prompts, args, tokenizer, Path(tmp))
+            results["transformers"] = peer
+        if "tideserve" not in skip:
+            results["tideserve"] = run_tideserve(cfg, prompts, args, tokenizer, Path(tmp))
+    report = build_report(args, dtype, results)
+    print(c.format_table(list(report["systems"].values())))
+    print(json.dumps({k: report[k] for k in ("ratios", "targets_met")}, indent=1))
+    if args.json:
+        c.write_json(args.json, report)
+
+
+if __name__ == "__main__":
+    main()
