@@ -30,7 +30,6 @@ class PolicyConfig:
     panic_queue_fraction: float = 0.5  # emergency when queue wait/depth > this x ttft_slo_s
     panic_drain_s: float = 30.0  # an emergency sizes the pool to drain the queue this fast
     panic_hold_s: float = 60.0  # no scale-down this long after an emergency (Knative: 60 s)
-    max_burst_headroom: float = 1.5  # cap on the forecaster's burst_factor used as headroom
 
     def __post_init__(self) -> None:
         o = self._owner
@@ -45,7 +44,6 @@ class PolicyConfig:
         )
         check_range(o, "target_utilization", self.target_utilization, 0.0, 1.0, lo_open=True)
         check_range(o, "panic_queue_fraction", self.panic_queue_fraction, 0.0, 1.0, lo_open=True)
-        check_range(o, "max_burst_headroom", self.max_burst_headroom, 1.0, 10.0)
         for name in ("ttft_slo_s", "panic_drain_s"):
             check_range(o, name, getattr(self, name), 0.0, 86400.0, lo_open=True)
         for name in ("lead_s", "cold_start_margin_s", "horizon_s", "stabilization_window_s"):
