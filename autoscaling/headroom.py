@@ -1,15 +1,17 @@
-"""Headroom learned online: a conformal upper quantile of the forecast's own errors.
+"""Headroom learned online: an upper quantile of the forecast's own errors, per time of day.
 
 Every tick the policy plans for the forecast peak of [now, now + lead + horizon]; the replicas it
 asks for now are serving at now + lead. So each plan is a prediction that can be checked:
 
-    score = observed rate at now + lead / the forecast peak the plan was sized for
+    score = highest rate seen over [now + lead, now + lead + horizon] / the base it was sized for
 
 Scores are kept per time-of-day band (`num_bands` bands, 4 h each by default), for `window_s`
-(7 days). The headroom for a band is the split-conformal quantile of its scores at `quantile`:
-with exchangeable errors, sizing for forecast x headroom covers the rate `quantile` of the time.
-A trace with bigger surprises (m-large's bursty clients) gets more headroom by itself, a calm one
-less, with the same settings; no cap is picked by looking at a trace.
+(7 days), each with the forecast it judged (the traffic at stake). The SLO's budget, 1 - `quantile`
+of the traffic, is spent across bands where it saves the most (autoscaling/headroom_alloc.py):
+with exchangeable errors, sizing for forecast x headroom covers the rate for `quantile` of the
+traffic, and a band with rare, huge surprises is not made to cover them at any price.
+A trace with bigger surprises gets more headroom by itself, a calm one less, with the same
+settings; no cap is picked by looking at a trace.
 
 * A band with fewer than `min_scores` scores uses every band's scores pooled; with fewer than
   `min_scores` in all, there is no learned headroom (the policy falls back to the R6 safety
@@ -19,7 +21,8 @@ less, with the same settings; no cap is picked by looking at a trace.
   is above the rate most of the time), never absurd when a few scores are wild.
 
 `HeadroomLearner` holds the scores (like the Forecaster, an accumulator with time passed in);
-`conformal_quantile` and `band_of` are the pure arithmetic, tested on their own.
+`band_of` and `headroom_alloc.allocate` are the pure arithmetic, tested on their own. The scores
+are split-conformal in spirit: each plan is judged on traffic it had not seen when it was made.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
+from autoscaling.headroom_alloc import allocate
 from common.validate import check_range
 
 _DAY_S = 86400.0
@@ -39,7 +45,8 @@ REFRESH_S = 600.0
 class HeadroomConfig:
     _owner = "HeadroomConfig"
 
-    quantile: float = 0.99  # share of planned-for moments the capacity should cover
+    # share of planned-for spans the capacity should cover: the SLO's own target share (99.5%)
+    quantile: float = 0.995
     num_bands: int = 6  # time-of-day bands; errors at 3 am differ from errors at 8 pm
     window_s: float = 7 * _DAY_S  # scores older than this drop out (a week: every weekday)
     min_scores: int = 50  # per band before the band's own quantile is used
@@ -70,16 +77,6 @@ def band_of(t_s: float, num_bands: int) -> int:
     return min(int((t_s % _DAY_S) // (_DAY_S / num_bands)), num_bands - 1)
 
 
-def conformal_quantile(scores: list[float], quantile: float) -> float:
-    """Split-conformal upper quantile: the ceil((n + 1) q)-th smallest score (the largest when
-    that is past the end). A new exchangeable score is <= it with probability >= q."""
-    if not scores:
-        raise ValueError("conformal_quantile needs at least one score")
-    ordered = sorted(scores)
-    k = math.ceil((len(ordered) + 1) * quantile) - 1
-    return ordered[min(max(k, 0), len(ordered) - 1)]
-
-
 class HeadroomLearner:
     """Pending plans in, scores per band, headroom out. Deterministic: time always comes in."""
 
@@ -87,8 +84,9 @@ class HeadroomLearner:
         self.cfg = cfg or HeadroomConfig()
         # [from_s, to_s, planned-for rps, highest rate seen in the span so far]
         self._pending: deque[list[float]] = deque()
-        self._bands: list[deque[tuple[float, float]]] = [deque() for _ in range(self.cfg.num_bands)]
-        self._cache: dict[int, Headroom] = {}
+        # per band: (start_s, actual / forecast, forecast rps), oldest first
+        self._bands: list[deque[tuple[float, ...]]] = [deque() for _ in range(self.cfg.num_bands)]
+        self._cache: list[Headroom] = []
         self._cache_key = -1  # the REFRESH_S period the cache was filled in
 
     def expect(self, from_s: float, to_s: float, forecast_rps: float) -> None:
@@ -108,7 +106,7 @@ class HeadroomLearner:
             start, _, planned, peak = self._pending.popleft()
             if peak >= 0:  # NaN (a gap in the span) and -1 (nothing seen) are not scored
                 band = self._bands[band_of(start, self.cfg.num_bands)]
-                band.append((start, peak / planned))
+                band.append((start, peak / planned, planned))
         oldest = now_s - self.cfg.window_s
         for band in self._bands:
             while band and band[0][0] < oldest:
@@ -118,29 +116,36 @@ class HeadroomLearner:
         return sum(len(b) for b in self._bands)
 
     def headroom(self, at_s: float) -> Headroom:
-        """The headroom for plans serving at `at_s` (its band's quantile). Recomputed every
-        `REFRESH_S`: a sort of up to a week of scores is too slow for every 10 s tick."""
+        """The headroom for plans serving at `at_s` (its band's share of the budget). Recomputed
+        every `REFRESH_S`: sorting up to a week of scores is too slow for every 10 s tick."""
         key = math.floor(at_s / REFRESH_S)
         if key != self._cache_key:
-            self._cache, self._cache_key = {}, key
-        band = band_of(at_s, self.cfg.num_bands)
-        if band not in self._cache:
-            self._cache[band] = self._compute(band)
-        return self._cache[band]
+            self._cache, self._cache_key = self._compute(), key
+        return self._cache[band_of(at_s, self.cfg.num_bands)]
 
-    def _compute(self, band: int) -> Headroom:
+    def _compute(self) -> list[Headroom]:
         cfg = self.cfg
-        own = [r for _, r in self._bands[band]]
-        where = f"band {band} of {cfg.num_bands}"
-        if len(own) < cfg.min_scores:
-            own = [r for b in self._bands for _, r in b]
-            where = "all bands pooled"
-        if len(own) < cfg.min_scores:
-            return Headroom(None, f"{len(own)} scores, < {cfg.min_scores}: not learned", len(own))
+        pooled = [x for b in self._bands for x in b]
+        if len(pooled) < cfg.min_scores:
+            why = f"{len(pooled)} scores, < {cfg.min_scores}: not learned"
+            return [Headroom(None, why, len(pooled))] * cfg.num_bands
+        own = [i for i, band in enumerate(self._bands) if len(band) >= cfg.min_scores]
+        spent = allocate([self._arrays(self._bands[i]) for i in own], cfg.quantile) if own else []
+        values = dict(zip(own, spent, strict=True))
+        # a band with too few scores of its own: every band's scores at the plain quantile
+        pooled_value = allocate([self._arrays(pooled)], cfg.quantile)[0]
         lo, hi = cfg.clip
-        value = min(max(conformal_quantile(own, cfg.quantile), lo), hi)
-        basis = f"q{cfg.quantile:g} of {len(own)} actual/forecast ratios ({where})"
-        return Headroom(value, basis, len(own))
+        out = []
+        for i, band in enumerate(self._bands):
+            n, where = (len(band), f"band {i} of {cfg.num_bands}") if i in values else (
+                len(pooled), "all bands pooled")  # fmt: skip
+            basis = f"{n} actual/forecast ratios ({where}), q{cfg.quantile:g} of all traffic"
+            out.append(Headroom(min(max(values.get(i, pooled_value), lo), hi), basis, n))
+        return out
+
+    @staticmethod
+    def _arrays(scores) -> tuple[np.ndarray, np.ndarray]:
+        return np.array([x[1] for x in scores]), np.array([x[2] for x in scores])
 
     # ----- persistence -----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -159,5 +164,5 @@ class HeadroomLearner:
         learner = cls(HeadroomConfig(**cfg))
         learner._pending.extend([float(x) for x in plan] for plan in d["pending"])
         for band, items in zip(learner._bands, d["bands"], strict=True):
-            band.extend((float(t), float(r)) for t, r in items)
+            band.extend(tuple(float(v) for v in x) for x in items)
         return learner
