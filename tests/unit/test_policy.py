@@ -26,7 +26,6 @@ def snap(peak_rps: float, *, cold_ready: int = 0, rate_rps: float = 10.0, **kw) 
         peak_rps=peak_rps,
         basis="test",
         level_rps=rate_rps,
-        burst_factor=kw.pop("burst_factor", 1.0),
     )
     values = dict(
         hot_replicas=2,
