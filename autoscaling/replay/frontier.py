@@ -49,10 +49,10 @@ class Sweep:
 def default_sweeps(service: ServiceModel, quick: bool) -> tuple[Sweep, ...]:
     """Knob values spanning cheap-and-late to safe-and-costly for every policy."""
     full = service.replica_capacity_rps * service.mean_e2e_s  # in flight at capacity
-    utils = (0.6, 0.75, 0.85, 0.95) if quick else (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
+    utils = (0.6, 0.75, 0.85, 0.95) if quick else (0.6, 0.7, 0.75, 0.8, 0.85, 0.95)
     targets = tuple(round(u * full, 1) for u in utils)
-    fractions = (0.5, 0.7, 0.9) if quick else (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-    quantiles = (0.9, 0.99, 0.995) if quick else (0.9, 0.95, 0.98, 0.99, 0.995, 0.998, 0.999)
+    fractions = (0.5, 0.7, 0.9) if quick else (0.5, 0.7, 0.8, 0.9, 1.0)
+    quantiles = (0.9, 0.99, 0.995) if quick else (0.95, 0.98, 0.99, 0.995, 0.998, 0.999)
     return (
         Sweep(
             "reactive",
