@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import multiprocessing
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -94,6 +95,23 @@ def _controller(policy: str, value: float, prep: Prepared, cfg: PolicyConfig, sv
     raise ValueError(f"policy={policy!r} has no frontier sweep")
 
 
+_SHARED: tuple = ()  # (prep, cfg, svc, settings) for worker processes, inherited by fork
+
+
+def _one(task: tuple[Sweep, float]) -> dict:
+    sw, value = task
+    prep, cfg, svc, s = _SHARED
+    t = time.perf_counter()
+    ctl = _controller(sw.policy, value, prep, cfg, svc, s)
+    res = simulate(ctl, prep.arrivals, prep.observed, prep.t0_s, svc, s.interval_s, s.cold_start_s)
+    row = metrics(res, prep, cfg.ttft_slo_s)
+    row.pop("last_reasons")
+    row.update(policy=sw.policy, knob=sw.knob, value=value, hot_replicas=ctl.hot_replicas)
+    row["label"] = (sw.labels or {}).get(value, f"{sw.knob}={value:g}")
+    row["sim_wall_s"] = time.perf_counter() - t
+    return row
+
+
 def run_sweeps(
     prep: Prepared,
     cfg: PolicyConfig,
@@ -101,30 +119,30 @@ def run_sweeps(
     s: ReplaySettings,
     sweeps: tuple[Sweep, ...],
     progress: Callable[[str], None] = lambda _: None,
+    jobs: int = 1,
 ) -> dict[str, list[dict]]:
-    """Every (policy, knob value) simulated on the same arrivals; rows per policy."""
-    out: dict[str, list[dict]] = {}
-    total, done, t0 = sum(len(sw.values) for sw in sweeps), 0, time.perf_counter()
-    for sw in sweeps:
-        for value in sw.values:
-            t = time.perf_counter()
-            ctl = _controller(sw.policy, value, prep, cfg, svc, s)
-            res = simulate(
-                ctl, prep.arrivals, prep.observed, prep.t0_s, svc, s.interval_s, s.cold_start_s
-            )
-            row = metrics(res, prep, cfg.ttft_slo_s)
-            row.pop("last_reasons")
-            row.update(knob=sw.knob, value=value, hot_replicas=ctl.hot_replicas)
-            row["label"] = (sw.labels or {}).get(value, f"{sw.knob}={value:g}")
-            row["sim_wall_s"] = time.perf_counter() - t
-            out.setdefault(sw.policy, []).append(row)
-            done += 1
-            eta = (time.perf_counter() - t0) / done * (total - done)
+    """Every (policy, knob value) simulated on the same arrivals; rows per policy, in sweep
+    order. jobs > 1 runs the simulations in that many forked processes (results identical)."""
+    global _SHARED
+    _SHARED = (prep, cfg, svc, s)
+    tasks = [(sw, v) for sw in sweeps for v in sw.values]
+    out: dict[str, list[dict]] = {sw.policy: [] for sw in sweeps}
+    t0 = time.perf_counter()
+    pool = multiprocessing.get_context("fork").Pool(jobs) if jobs > 1 else None
+    try:
+        rows = pool.imap(_one, tasks) if pool else map(_one, tasks)
+        for done, row in enumerate(rows, 1):
+            out[row.pop("policy")].append(row)
+            eta = (time.perf_counter() - t0) / done * (len(tasks) - done)
             progress(
-                f"{done}/{total} {sw.policy} {row['label']}: {row['gpu_hours']:.0f} GPU-h, "
-                f"SLO {100 * row['slo_attainment']:.3f}% "
+                f"{done}/{len(tasks)} {tasks[done - 1][0].policy} {row['label']}: "
+                f"{row['gpu_hours']:.0f} GPU-h, SLO {100 * row['slo_attainment']:.3f}% "
                 f"({row['sim_wall_s']:.0f} s; ETA {eta:.0f} s)"
             )
+    finally:
+        if pool:
+            pool.close()
+            pool.join()
     return out
 
 

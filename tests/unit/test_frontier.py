@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from autoscaling.replay.frontier import default_sweeps, gpu_hours_to_reach, violations_at
+from autoscaling.policy import PolicyConfig
+from autoscaling.replay.frontier import (
+    Sweep,
+    default_sweeps,
+    gpu_hours_to_reach,
+    run_sweeps,
+    violations_at,
+)
+from autoscaling.replay.runner import ReplaySettings, prepare
 from autoscaling.replay.service import ServiceModel
+from autoscaling.replay.traces import RateTrace
 
 
 def row(gpu_hours: float, slo: float, violations: float = 0.0) -> dict:
@@ -44,3 +54,21 @@ def test_every_policy_sweeps_one_knob_and_reactive_includes_rays_default():
     assert "Ray default" in reactive.labels[2.0]
     # 200 requests in flight per replica at capacity: 85% is 170
     assert 170.0 in reactive.values and 0.7 in sweeps["rule_70_30"].values
+
+
+def test_sweeps_in_parallel_give_the_same_rows_in_the_same_order():
+    hours = np.arange(2 * 144) / 6.0
+    trace = RateTrace("two-days", "rate_series", 600.0, 0.0, 100.0 + 40.0 * np.sin(hours / 4))
+    cfg = PolicyConfig(replica_capacity_rps=20.0)
+    svc = ServiceModel(20.0)
+    s = ReplaySettings(train_days=1.0)
+    prep = prepare(trace, cfg, s)
+    sweeps = (
+        Sweep("reactive", "target_ongoing_requests", (120.0, 170.0)),
+        Sweep("oracle", "none", (0.0,)),
+    )
+    one = run_sweeps(prep, cfg, svc, s, sweeps)
+    two = run_sweeps(prep, cfg, svc, s, sweeps, jobs=2)
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "sim_wall_s"} for r in rows]  # noqa: E731
+    assert {p: strip(r) for p, r in one.items()} == {p: strip(r) for p, r in two.items()}
+    assert [r["value"] for r in one["reactive"]] == [120.0, 170.0]
