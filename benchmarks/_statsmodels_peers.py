@@ -6,6 +6,7 @@ interpolated, for fitting only) and forecast the same target window:
 * holt_winters: additive daily seasonality (144 windows), no trend; its parameters are fitted
   once a day, and before every prediction the fixed-parameter model is re-run over all known
   windows (filtering only), so it predicts from the latest data as the others do.
+* Both predict the last value until two whole days are known (their seasonal starts need them).
 * mstl: MSTL decomposition (daily, and weekly once two weeks are known) refitted once a day; the
   prediction is the mean deseasonalised level of the last two known windows plus each seasonal
   component one period before the target.
@@ -49,6 +50,8 @@ class HoltWinters:
         from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
         y = _filled(known)
+        if len(y) < 2 * DAY:  # it needs two whole days to start its seasonals: last value
+            return float(y[-1])
         model = ExponentialSmoothing(y, seasonal="add", seasonal_periods=DAY, trend=None)
         day = len(y) // DAY
         if day != self._fitted_day:
@@ -75,6 +78,8 @@ class MSTLPeer:
         from statsmodels.tsa.seasonal import MSTL
 
         y = _filled(known)
+        if len(y) < 2 * DAY:  # MSTL needs two whole periods: last value until then
+            return float(y[-1])
         day = len(y) // DAY
         if day != self._fitted_day:
             self._periods = (DAY, 7 * DAY) if len(y) >= 14 * DAY else (DAY,)

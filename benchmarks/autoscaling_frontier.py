@@ -155,6 +155,7 @@ def main() -> int:
 
         png = args.plot or (str(Path(args.json).with_suffix(".png")) if args.json else "")
         png = png or "benchmarks/results/autoscaling_frontier.png"
+        Path(png).parent.mkdir(parents=True, exist_ok=True)
         plot_frontier(reports, png)
         out["plot"] = png
         log(f"plot: {png}")
