@@ -7,8 +7,8 @@ The only place in autoscaling/ that reads the clock, talks to Serve or sleeps. E
     rate    <- ingress cumulative request count         (signals.RateMeter)
     queue   <- the replicas' pushed stats                (signals.ReportBook, via report())
     cold-start samples <- running count vs our requests  (cold_start.ColdStartTracker)
-    forecaster.observe(now, rate); fc = forecaster.predict(now, lead, horizon)
-    decision = policy.decide(snapshot, state, cfg, now) -> serve_io.ServeScaler.scale(...)
+    decision = step.tick(forecaster, headroom learner, state, ...)  (observe, forecast, decide)
+             -> serve_io.ServeScaler.scale(...)
     history  -> controller.history_path (atomic JSON)
 
 Between ticks, while a scale-up is pending, the running count is polled every 0.5 s so a cold
@@ -27,8 +27,10 @@ from typing import Any
 
 import ray
 
+from autoscaling import step
 from autoscaling.cold_start import ColdStartTracker
 from autoscaling.forecast import Forecaster
+from autoscaling.headroom import HeadroomLearner
 from autoscaling.history_store import (
     History,
     decision_record,
@@ -36,7 +38,7 @@ from autoscaling.history_store import (
     load_history,
     save_history,
 )
-from autoscaling.policy import PolicyConfig, PolicyState, Snapshot, decide, lead_s_for
+from autoscaling.policy import PolicyConfig, PolicyState
 from autoscaling.reporter import CONTROLLER_NAMESPACE, controller_name
 from autoscaling.serve_io import (
     ServeScaler,
@@ -96,6 +98,11 @@ class ForecastController:
             if self.history.forecaster
             else Forecaster()
         )
+        self.learner = (
+            HeadroomLearner.from_dict(self.history.headroom)
+            if self.history.headroom
+            else HeadroomLearner()
+        )
         self.tracker = ColdStartTracker(self.history.cold_start_samples_s)
         self.state = (
             PolicyState.from_dict(self.history.policy_state)
@@ -106,6 +113,7 @@ class ForecastController:
 
     def _save(self, model_now: float) -> None:
         self.history.forecaster = self.forecaster.to_dict()
+        self.history.headroom = self.learner.to_dict()
         self.history.cold_start_samples_s = list(self.tracker.samples_s)
         self.history.policy_state = self.state.to_dict()
         self.history.saved_at_s = model_now
@@ -167,26 +175,22 @@ class ForecastController:
             self.applied.setdefault(dep, counts[dep].live)
         model_now = self.clock.now(wall)
         rate = self.rate.update(ingress_request_count(self.app), wall)
-        self.forecaster.observe(model_now, rate)
         with self.lock:
             signals = self.book.signals(wall, REPORT_MAX_AGE_S)
         p95_wall = self.tracker.p95_s()
-        p95 = None if p95_wall is None else self.clock.to_model_s(p95_wall)
-        override = lead_override_s(self.cfg.controller, model_now)
-        lead = lead_s_for(self.policy_cfg, p95, override)
-        forecast = self.forecaster.predict(model_now, lead, self.policy_cfg.horizon_s)
-        snap = Snapshot(
-            hot_replicas=counts["hot"].running,
+        seen = step.Observed(
+            rate_rps=rate,
+            hot_ready=counts["hot"].running,
             cold_ready=counts["cold"].running,
             cold_starting=max(0, counts["cold"].live - counts["cold"].running),
-            rate_rps=rate or 0.0,
             queue_depth=signals.queue_depth,
             queue_wait_s=signals.queue_wait_s,
-            forecast=forecast,
-            cold_start_p95_s=p95,
-            lead_s=override,
+            cold_start_p95_s=None if p95_wall is None else self.clock.to_model_s(p95_wall),
+            lead_override_s=lead_override_s(self.cfg.controller, model_now),
         )
-        decision, self.state = decide(snap, self.state, self.policy_cfg, model_now)
+        decision, self.state, forecast = step.tick(
+            self.forecaster, self.learner, self.state, self.policy_cfg, seen, model_now
+        )
         changed = self._apply("hot", decision.hot_target, counts["hot"].live, wall)
         changed |= self._apply("cold", decision.cold_target, counts["cold"].live, wall)
         record = decision_record(

@@ -12,8 +12,8 @@
 * Missing windows (rate None or NaN, e.g. ServeGen's all-zero collection gaps) are not observed at
   all: they neither pull the profile down nor count as recent level. A bin missing on every profile
   day falls back to its neighbours, then to the recent level (last-value).
-* burst_factor: an upper quantile of observed / forecast over the last `burst_window_s`. The
-  forecast cannot see a 10-minute burst coming; the policy uses this as headroom learned online.
+* What the forecast cannot see coming (a 10-minute burst) is the headroom's job: the policy
+  multiplies the forecast by an upper quantile of its own errors (autoscaling/headroom.py).
 
 The controller persists `to_dict()` and restores with `from_dict()`; history older than
 `max_history_days` is dropped, so the dict stays small (about 4 k bins).
@@ -43,8 +43,6 @@ class ForecastConfig:
     # forecast = w x profile-shaped + (1 - w) x recent level: the profile's shape is trusted only
     # this much, because a day's shape repeats only partly (m-large: lag-24 h autocorr 0.09)
     profile_weight: float = 0.7
-    burst_window_s: float = 6 * 3600.0  # window of observed / forecast ratios for burst_factor
-    burst_quantile: float = 0.99
     max_history_days: int = 28
 
     def __post_init__(self) -> None:
@@ -59,8 +57,6 @@ class ForecastConfig:
         check_range(o, "ratio_clip[0]", lo, 0.0, 1.0, lo_open=True)
         check_range(o, "ratio_clip[1]", hi, 1.0, None)
         check_range(o, "profile_weight", self.profile_weight, 0.0, 1.0)
-        check_range(o, "burst_window_s", self.burst_window_s, 0.0, 7 * _DAY_S, lo_open=True)
-        check_range(o, "burst_quantile", self.burst_quantile, 0.5, 1.0)
         check_range(o, "max_history_days", self.max_history_days, 1, 365, integer=True)
 
 
@@ -70,7 +66,6 @@ class Forecast:
     peak_rps: float  # max forecast over [now, now + lead + horizon], and at least the recent level
     basis: str  # how it was made, for reasons and `status`
     level_rps: float = 0.0  # mean observed rate over the level window (0.0 without observations)
-    burst_factor: float = 1.0  # recent upper quantile of observed / forecast, >= 1
 
 
 def _finite(x: float | None) -> bool:
@@ -89,8 +84,6 @@ class Forecaster:
         # (t_s, rate, profile at t_s or 0.0) within the level window, with running sums
         self._recent: deque[tuple[float, float, float]] = deque()
         self._sums = [0.0, 0.0, 0.0]  # rates, rates where profiled, profile values
-        self._burst_cache: tuple[int, float] = (-1, 1.0)
-        self._ratios: deque[tuple[float, float]] = deque()  # (t_s, observed / forecast)
         self._last_ratio = 1.0
         self._cache: dict[int, float | None] = {}  # bin -> profile value; cleared per new bin
         self._cache_upto = -1
@@ -105,8 +98,6 @@ class Forecaster:
         if self._first_bin is None or b < self._first_bin:
             self._first_bin = b
         p = self.profile_at(t_s, t_s)
-        if p is not None and p > 0 and self._recent:
-            self._ratios.append((t_s, rate / (p * self._level_ratio())))
         self._sum[b] = self._sum.get(b, 0.0) + rate
         self._num[b] = self._num.get(b, 0) + 1
         self._push((t_s, rate, p if p is not None and p > 0 else 0.0))
@@ -129,8 +120,6 @@ class Forecaster:
                 self._sums[2] -= p
         if not self._recent:  # reset float drift
             self._sums = [0.0, 0.0, 0.0]
-        while self._ratios and self._ratios[0][0] < now_s - self.cfg.burst_window_s:
-            self._ratios.popleft()
         oldest = math.floor(now_s / self.cfg.bin_s) - self.cfg.max_history_days * self._bins_per_day
         if self._first_bin is not None and self._first_bin < oldest:
             for b in [b for b in self._sum if b < oldest]:
@@ -206,18 +195,6 @@ class Forecaster:
             self._last_ratio = min(max(obs / prof, lo), hi)
         return self._last_ratio  # no recent profiled observations (a gap): keep the last level
 
-    def burst_factor(self, now_s: float) -> float:
-        """Upper quantile of observed / forecast over the burst window, recomputed once a bin."""
-        now_bin = math.floor(now_s / self.cfg.bin_s)
-        if self._burst_cache[0] != now_bin:
-            value = 1.0
-            if len(self._ratios) >= 10:
-                ordered = sorted(r for _, r in self._ratios)
-                k = min(int(self.cfg.burst_quantile * len(ordered)), len(ordered) - 1)
-                value = max(ordered[k], 1.0)
-            self._burst_cache = (now_bin, value)
-        return self._burst_cache[1]
-
     # ----- prediction ------------------------------------------------------------------------
     def predict(self, now_s: float, lead_s: float, horizon_s: float = 0.0) -> Forecast:
         check_range("Forecaster.predict", "lead_s", lead_s, 0.0)
@@ -229,11 +206,10 @@ class Forecaster:
         step = self.cfg.bin_s / 2
         times = [now_s + i * step for i in range(int((end - now_s) // step) + 1)] + [end]
         profile = [self.profile_at(t, now_s) for t in times]
-        burst = self.burst_factor(now_s)
         if all(p is None for p in profile):
             last = level if level is not None else 0.0
             basis = "last value (no profile yet)" if level is not None else "no data"
-            return Forecast(last, last, basis, level or 0.0, burst)
+            return Forecast(last, last, basis, level or 0.0)
         w, last = self.cfg.profile_weight, level if level is not None else 0.0
         shape = self._shape(now_s, profile)
         filled = [
@@ -246,7 +222,7 @@ class Forecaster:
         weekly = self.history_days(now_s) >= self.cfg.weekly_min_days
         kind = "day-of-week+daily" if weekly else "daily"
         basis = f"{kind} profile x level {ratio:.2f}"
-        return Forecast(at_lead, peak, basis, level or 0.0, burst)
+        return Forecast(at_lead, peak, basis, level or 0.0)
 
     def _shape(self, now_s: float, profile: list[float | None]) -> list[float]:
         """profile(t) / profile(now), clipped: the recent level carried along the day's shape.
@@ -269,13 +245,14 @@ class Forecaster:
             "config": cfg,
             "bins": [[b, self._sum[b], self._num[b]] for b in sorted(self._sum)],
             "recent": [list(x) for x in self._recent],
-            "ratios": [list(x) for x in self._ratios],
             "last_ratio": self._last_ratio,
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Forecaster:
         cfg = dict(d["config"])
+        for gone in ("burst_window_s", "burst_quantile"):  # histories saved before the headroom
+            cfg.pop(gone, None)
         cfg["ratio_clip"] = tuple(cfg["ratio_clip"])
         f = cls(ForecastConfig(**cfg))
         for b, s, n in d["bins"]:
@@ -283,6 +260,5 @@ class Forecaster:
         f._first_bin = min(f._sum, default=None)
         for t, r, p in d["recent"]:
             f._push((float(t), float(r), float(p)))
-        f._ratios.extend((float(t), float(r)) for t, r in d["ratios"])
         f._last_ratio = float(d["last_ratio"])
         return f

@@ -21,6 +21,7 @@ MAX_DECISIONS = 50  # the last decisions kept for `status` and post-mortems
 @dataclass(slots=True)
 class History:
     forecaster: dict[str, Any] | None = None  # Forecaster.to_dict()
+    headroom: dict[str, Any] | None = None  # HeadroomLearner.to_dict(): the forecast's errors
     cold_start_samples_s: list[float] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)  # newest last
     policy_state: dict[str, Any] | None = None  # PolicyState.to_dict(): stabilisation window
@@ -34,6 +35,7 @@ class History:
         return {
             "version": FORMAT_VERSION,
             "forecaster": self.forecaster,
+            "headroom": self.headroom,
             "cold_start_samples_s": list(self.cold_start_samples_s),
             "decisions": list(self.decisions),
             "policy_state": self.policy_state,
@@ -53,6 +55,7 @@ class History:
             raise ValueError(f"{where}: decisions must be a list of objects")
         return cls(
             forecaster=data.get("forecaster"),
+            headroom=data.get("headroom"),
             cold_start_samples_s=[float(s) for s in samples],
             decisions=decisions[-MAX_DECISIONS:],
             policy_state=data.get("policy_state"),

@@ -2,7 +2,10 @@
 
 The hot pool is constant (R5/R9). The cold pool follows the forecast:
 
-    needed   = ceil(peak over [now, now + lead + horizon] x headroom / (capacity x utilisation))
+    base     = max(forecast peak over [now, now + lead + horizon], rate seen now)
+    needed   = ceil(base x headroom / capacity)
+    headroom = learned online (autoscaling/headroom.py): an upper quantile of the forecast's own
+               recent errors; 1 / target_utilization (R6's safety factor) until it has scores
     cold     = clamp(needed - hot, min_cold, max_cold)
     lead     = window override, else measured p95 cold start + margin, else cfg.lead_s
 
@@ -42,6 +45,10 @@ class Snapshot:
     forecast: Forecast
     cold_start_p95_s: float | None = None  # measured; None until a cold start was seen
     lead_s: float | None = None  # per-time-window override in force (cluster.yaml), if any
+    # learned multiplier on the forecast (autoscaling/headroom.py); None: not learned yet, plan at
+    # R6's safety factor 1 / target_utilization instead
+    headroom: float | None = None
+    headroom_basis: str = "prior 1/target_utilization"
 
     @property
     def cold_current(self) -> int:
@@ -158,13 +165,17 @@ def decide(
     hot = cfg.hot_replicas
     lead = lead_s_for(cfg, snap.cold_start_p95_s, snap.lead_s)
     fc = snap.forecast
-    headroom = min(max(fc.burst_factor, 1.0), cfg.max_burst_headroom)
-    planned_rps = max(fc.peak_rps * headroom, snap.rate_rps)
-    needed = _replicas_for(planned_rps, cfg)
+    headroom = 1.0 / cfg.target_utilization if snap.headroom is None else snap.headroom
+    # the plan's base: the forecast peak, and never below the rate seen this tick (a step up the
+    # level window has not caught yet); the headroom learned for this base multiplies it
+    base_rps = max(fc.peak_rps, snap.rate_rps)
+    planned_rps = base_rps * headroom
+    needed = math.ceil(planned_rps / cfg.replica_capacity_rps - 1e-9)
     want = min(max(needed - hot, cfg.min_cold_replicas), cfg.max_cold_replicas)
     why = (
         f"forecast peak {fc.peak_rps:.0f} rps x headroom {headroom:.2f} within "
-        f"{lead:.0f}+{cfg.horizon_s:.0f} s ({fc.basis}) needs {needed} replicas"
+        f"{lead:.0f}+{cfg.horizon_s:.0f} s ({fc.basis}; headroom {snap.headroom_basis}) "
+        f"needs {needed} replicas"
     )
     emergency = _emergency_need(snap, cfg)
     panic_until = state.panic_until_s
@@ -187,7 +198,7 @@ def decide(
         emergency=emergency is not None,
         lead_s=lead,
         needed_replicas=needed if emergency is None else emergency[0],
-        details={"planned_rps": planned_rps, "headroom": headroom},
+        details={"planned_rps": planned_rps, "base_rps": base_rps, "headroom": headroom},
     )
     new_state = replace(state, recent=recent, panic_until_s=panic_until, cold_target=target)
     return decision, new_state

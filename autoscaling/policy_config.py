@@ -26,11 +26,12 @@ class PolicyConfig:
     lead_s: float = 900.0  # lead when no cold start was measured and no window override applies
     cold_start_margin_s: float = 60.0  # added to the measured p95 cold start
     horizon_s: float = 60.0  # also cover the forecast this long past the lead
-    stabilization_window_s: float = 600.0  # scale-down = max recommendation over this window
+    # scale-down = max recommendation over this window; short, because the learned headroom
+    # already covers the forecast's errors over the cold start (a long hold pays twice)
+    stabilization_window_s: float = 120.0
     panic_queue_fraction: float = 0.5  # emergency when queue wait/depth > this x ttft_slo_s
     panic_drain_s: float = 30.0  # an emergency sizes the pool to drain the queue this fast
     panic_hold_s: float = 60.0  # no scale-down this long after an emergency (Knative: 60 s)
-    max_burst_headroom: float = 1.5  # cap on the forecaster's burst_factor used as headroom
 
     def __post_init__(self) -> None:
         o = self._owner
@@ -45,7 +46,6 @@ class PolicyConfig:
         )
         check_range(o, "target_utilization", self.target_utilization, 0.0, 1.0, lo_open=True)
         check_range(o, "panic_queue_fraction", self.panic_queue_fraction, 0.0, 1.0, lo_open=True)
-        check_range(o, "max_burst_headroom", self.max_burst_headroom, 1.0, 10.0)
         for name in ("ttft_slo_s", "panic_drain_s"):
             check_range(o, name, getattr(self, name), 0.0, 86400.0, lo_open=True)
         for name in ("lead_s", "cold_start_margin_s", "horizon_s", "stabilization_window_s"):

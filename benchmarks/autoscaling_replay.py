@@ -12,7 +12,8 @@ interactive ttft_p99_s). --quick judges days 8-9 of m-small only.
 Besides the targets, two extra views (labelled as such, never used to choose settings):
 * reactive_matched: Ray's default policy with its target utilisation lowered until it spends at
   least tideserve's GPU-hours, to compare violations at equal cost.
-* sensitivity: tideserve with max_burst_headroom 1.0 / 1.2 / 1.5 on the judged days.
+(The sweep of every policy's knob, tideserve's headroom quantile included, is
+benchmarks/autoscaling_frontier.py.)
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -103,30 +103,6 @@ def run(name: str, quick: bool, plot_dir: Path | None) -> dict:
     ts = _row(report, "tideserve")
     t = time.perf_counter()
     report["reactive_matched"] = reactive_matched(trace, cfg, service, settings, ts["gpu_hours"])
-    report["sensitivity_max_burst_headroom"] = []
-    if not quick:
-        for h in (1.0, 1.2, 1.5):
-            r, _, _ = run_replay(
-                trace,
-                replace(cfg, max_burst_headroom=h),
-                service,
-                replace(settings, policies=("tideserve",)),
-            )
-            row = r["policies"][0]
-            report["sensitivity_max_burst_headroom"].append(
-                {
-                    "max_burst_headroom": h,
-                    **{
-                        k: row[k]
-                        for k in (
-                            "gpu_hours",
-                            "slo_attainment",
-                            "num_slo_violations",
-                            "num_emergencies",
-                        )
-                    },
-                }
-            )
     report["extra_views_wall_s"] = time.perf_counter() - t
     if plot_dir is not None:
         plot_dir.mkdir(parents=True, exist_ok=True)
@@ -157,8 +133,6 @@ def main() -> int:
                 for k in ("gpu_hours", "slo_attainment", "num_slo_violations", "target_utilization")
             },
         )
-        for row in rep["sensitivity_max_burst_headroom"]:
-            print("sensitivity:", row)
     out = {
         "benchmark": "autoscaling_replay",
         "quick": args.quick,

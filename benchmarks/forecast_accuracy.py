@@ -8,6 +8,8 @@ prediction is made at the start of window j - 2, 20 minutes before the target wi
   rate_at_lead at the target window's centre (lead 25 min).
 * seasonal_naive: the same window yesterday (j - 144); if that was a gap, two days ago; else last.
 * last_value: the latest known non-gap window.
+* holt_winters, mstl: statsmodels peers (benchmarks/_statsmodels_peers.py), an optional extra:
+  skipped with a message when statsmodels is not installed.
 Targets that are gaps are not scored; scoring starts on day 2 (the seasonal peer needs a day).
 Errors: MAPE and the p90 of the absolute percentage error, over days 2-14 and days 8-14.
 --quick scores only days 8-10 (same code path, fewer windows).
@@ -26,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autoscaling.forecast import ForecastConfig, Forecaster
 from autoscaling.replay.traces import load_trace
-from benchmarks._common import TRACES_DIR, write_json
+from benchmarks import _statsmodels_peers as sm_peers
+from benchmarks._common import TRACES_DIR, log, write_json
 
 BIN = 600.0
 DAY = 144  # windows per day
@@ -39,10 +42,13 @@ def _errors(pred: list[float], actual: list[float]) -> dict:
     return {"mape_pct": float(ape.mean()), "p90_ape_pct": float(np.percentile(ape, 90))}
 
 
-def evaluate(name: str, first_day: int, last_day: int) -> dict:
+def evaluate(name: str, first_day: int, last_day: int, with_statsmodels: bool) -> dict:
     r = load_trace(TRACES_DIR / f"servegen_language_{name}_total.csv").rates_rps
     fc = Forecaster(ForecastConfig(bin_s=BIN))
     preds = {"tideserve": [], "seasonal_naive": [], "last_value": []}
+    peers = {"holt_winters": sm_peers.HoltWinters(), "mstl": sm_peers.MSTLPeer()}
+    peers = peers if with_statsmodels else {}
+    preds.update({k: [] for k in peers})
     actual, days = [], []
     known = 0  # windows fed to the forecaster so far
     last_valid = np.nan
@@ -62,6 +68,10 @@ def evaluate(name: str, first_day: int, last_day: int) -> dict:
             seasonal = r[j - 2 * DAY]
         preds["seasonal_naive"].append(last_valid if np.isnan(seasonal) else seasonal)
         preds["last_value"].append(last_valid)
+        for peer_name, peer in peers.items():  # known: windows before now_idx; target: j
+            preds[peer_name].append(peer.predict(r[:now_idx], j - now_idx + 1))
+        if j % DAY == 0:
+            log(f"{name}: day {j // DAY + 1} of {last_day}")
         actual.append(r[j])
         days.append(j // DAY + 1)
     days_arr = np.asarray(days)
@@ -75,7 +85,8 @@ def evaluate(name: str, first_day: int, last_day: int) -> dict:
     ours = out["systems"]["tideserve"]["all_scored_days"]["mape_pct"]
     out["ratios"] = {
         f"mape_{peer}_over_tideserve": out["systems"][peer]["all_scored_days"]["mape_pct"] / ours
-        for peer in ("seasonal_naive", "last_value")
+        for peer in preds
+        if peer != "tideserve"
     }
     return out
 
@@ -87,7 +98,10 @@ def main() -> int:
     args = ap.parse_args()
     t0 = time.perf_counter()
     first, last = (7, 10) if args.quick else (1, 14)
-    results = [evaluate(n, first, last) for n in ("m-small", "m-large")]
+    skipped = sm_peers.available()
+    if skipped:
+        print(skipped)
+    results = [evaluate(n, first, last, skipped is None) for n in ("m-small", "m-large")]
     for res in results:
         print(f"{res['trace']}: {res['num_scored_windows']} windows scored")
         for sysname, row in res["systems"].items():
@@ -106,6 +120,7 @@ def main() -> int:
         "quick": args.quick,
         "horizon": "20 min ahead of the target 10-minute window (known data ends 20 min before)",
         "scored_days": f"{first + 1}-{last}",
+        "statsmodels_peers": skipped or "holt_winters and mstl included",
         "results": results,
         "wall_s": time.perf_counter() - t0,
     }

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from autoscaling.headroom import HeadroomConfig
 from autoscaling.policy import PolicyConfig
 from autoscaling.replay.baselines import (
     KnativeController,
@@ -56,6 +57,7 @@ class ReplaySettings:
     interval_s: int = 10  # controller tick (cluster.yaml controller.interval_s)
     seed: int = 0
     hot_quantile: float = 0.05  # tideserve's hot pool covers this quantile of training traffic
+    headroom: HeadroomConfig = field(default_factory=HeadroomConfig)  # tideserve's learner
     max_replicas_factor: float = 2.0  # every elastic policy may grow to this x the peak need
     offline: OfflineLoad | None = None  # a daily batch on the idle capacity (replay/offline.py)
 
@@ -122,7 +124,7 @@ def _controllers(prep: Prepared, cfg: PolicyConfig, service: ServiceModel, s: Re
             tcfg = PolicyConfig(
                 **{**_fields(cfg), "hot_replicas": hot, "max_cold_replicas": max(max_n - hot, 0)}
             )
-            ctl = TideserveController(tcfg, cold_start_p95_s=s.cold_start_s)
+            ctl = TideserveController(tcfg, cold_start_p95_s=s.cold_start_s, headroom=s.headroom)
             if len(prep.train_rates):
                 ctl.train(prep.t0_s - len(prep.train_rates) * 600.0, 600.0, prep.train_rates)
             out[name] = ctl

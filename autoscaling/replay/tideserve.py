@@ -1,4 +1,4 @@
-"""tideserve in the replay: the same Forecaster and decide() the controller actor runs."""
+"""tideserve in the replay: the same Forecaster, HeadroomLearner and tick() the controller runs."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import math
 
 import numpy as np
 
+from autoscaling import step
 from autoscaling.forecast import ForecastConfig, Forecaster
-from autoscaling.policy import PolicyConfig, PolicyState, Snapshot, decide, lead_s_for
+from autoscaling.headroom import HeadroomConfig, HeadroomLearner
+from autoscaling.policy import PolicyConfig, PolicyState, lead_s_for
 from autoscaling.replay.sim import Observation, Targets
 
 
@@ -33,10 +35,12 @@ class TideserveController:
         cold_start_p95_s: float | None = None,
         lead_override_s=None,  # callable(now_s) -> float | None: per-window lead (cluster.yaml)
         name: str = "tideserve",
+        headroom: HeadroomConfig | None = None,
     ) -> None:
         self.name, self.cfg = name, cfg
         self.hot_replicas = cfg.hot_replicas
         self.forecaster = forecaster or Forecaster(ForecastConfig())
+        self.learner = HeadroomLearner(headroom)
         self.state = PolicyState.initial()
         self._p95 = cold_start_p95_s
         self._override = lead_override_s
@@ -44,26 +48,24 @@ class TideserveController:
 
     def train(self, t0_s: float, bin_s: float, rates_rps: np.ndarray) -> None:
         """Observe a history of window-mean rates (NaN = gap) before the replay starts."""
-        for i, r in enumerate(rates_rps):
-            self.forecaster.observe(t0_s + (i + 0.5) * bin_s, None if np.isnan(r) else float(r))
+        rates = [None if np.isnan(r) else float(r) for r in rates_rps]
+        lead = lead_s_for(self.cfg, self._p95, None)
+        step.train(self.forecaster, self.learner, self.cfg, t0_s, bin_s, rates, lead)
 
     def tick(self, now_s: float, obs: Observation) -> Targets:
-        self.forecaster.observe(now_s, obs.rate_rps)
-        override = self._override(now_s) if self._override else None
-        lead = lead_s_for(self.cfg, self._p95, override)
-        fc = self.forecaster.predict(now_s, lead, self.cfg.horizon_s)
-        snap = Snapshot(
-            hot_replicas=obs.hot_ready,
+        seen = step.Observed(
+            rate_rps=obs.rate_rps,
+            hot_ready=obs.hot_ready,
             cold_ready=obs.cold_ready,
             cold_starting=obs.cold_starting,
-            rate_rps=obs.rate_rps if obs.rate_rps is not None else fc.level_rps,
             queue_depth=int(obs.queue_depth),
             queue_wait_s=obs.queue_wait_s,
-            forecast=fc,
             cold_start_p95_s=self._p95,
-            lead_s=override,
+            lead_override_s=self._override(now_s) if self._override else None,
         )
-        decision, self.state = decide(snap, self.state, self.cfg, now_s)
+        decision, self.state, fc = step.tick(
+            self.forecaster, self.learner, self.state, self.cfg, seen, now_s
+        )
         self.last_decision = decision
         planned = decision.details.get("planned_rps", fc.peak_rps)
         return Targets(decision.cold_target, decision.reason, decision.emergency, planned)

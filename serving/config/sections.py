@@ -313,7 +313,7 @@ class ControllerSection:
 
     interval_s: float = 10.0  # seconds between two controller ticks
     forecast_lead_s: float = 900.0  # scale for the load forecast this far ahead
-    stabilization_window_s: float = 600.0  # scale down only after this long below target
+    stabilization_window_s: float = 120.0  # scale down only after this long below target
     cold_start_margin_s: float = 60.0  # extra lead for a cold replica to load and warm up
     # Time-of-day windows with their own lead (e.g. the noon peak 20 min ahead); disjoint.
     lead_overrides: tuple[LeadOverride, ...] = ()

@@ -106,23 +106,13 @@ def test_day_of_week_profile_is_blended_in_after_14_days():
     assert "day-of-week" not in fed(5.0).predict(5 * DAY, 600.0).basis
 
 
-def test_bursts_above_the_forecast_raise_the_burst_factor():
-    f = fed(2.0, step_s=60.0)
-    assert f.predict(2 * DAY, 600.0).burst_factor < 1.1
-    t = 2 * DAY
-    for i in range(300):  # every tenth minute runs at 2x
-        f.observe(t, daily(t) * (2.0 if i % 10 == 0 else 1.0))
-        t += 60.0
-    assert f.predict(t + 600.0, 600.0).burst_factor > 1.3
-
-
 def test_to_dict_round_trips_through_json_and_predicts_the_same():
     f = fed(2.5, step_s=300.0)
     g = Forecaster.from_dict(json.loads(json.dumps(f.to_dict())))
     now = 2.5 * DAY
     a, b = g.predict(now, 900.0, 60.0), f.predict(now, 900.0, 60.0)
     assert a.basis == b.basis
-    for name in ("rate_at_lead_rps", "peak_rps", "level_rps", "burst_factor"):
+    for name in ("rate_at_lead_rps", "peak_rps", "level_rps"):
         assert getattr(a, name) == pytest.approx(getattr(b, name), rel=1e-9)
 
 

@@ -17,7 +17,6 @@ CFG = PolicyConfig(
     ttft_slo_s=1.0,
     stabilization_window_s=600.0,
     panic_hold_s=60.0,
-    max_burst_headroom=1.5,
 )
 
 
@@ -27,7 +26,6 @@ def snap(peak_rps: float, *, cold_ready: int = 0, rate_rps: float = 10.0, **kw) 
         peak_rps=peak_rps,
         basis="test",
         level_rps=rate_rps,
-        burst_factor=kw.pop("burst_factor", 1.0),
     )
     values = dict(
         hot_replicas=2,
@@ -64,11 +62,17 @@ def test_cold_target_is_clamped_between_min_and_max():
     assert high.cold_target == CFG.max_cold_replicas
 
 
-def test_burst_factor_adds_headroom_up_to_its_cap():
-    (d,) = run([(0.0, snap(40.0, burst_factor=1.25))])  # 50 rps -> 5 replicas
-    (capped,) = run([(0.0, snap(40.0, burst_factor=3.0))])  # capped at 1.5 -> 60 rps
-    assert d.cold_target == 3
-    assert capped.cold_target == 4
+def test_learned_headroom_multiplies_the_forecast():
+    (d,) = run([(0.0, snap(40.0, headroom=1.25))])  # 50 rps -> 5 replicas
+    (lower,) = run([(0.0, snap(40.0, headroom=0.8))])  # the forecast over-predicts: 32 rps
+    assert (d.cold_target, lower.cold_target) == (3, 2)
+    assert d.details["headroom"] == 1.25
+
+
+def test_without_learned_headroom_the_r6_safety_factor_applies():
+    cfg = PolicyConfig(replica_capacity_rps=10.0, target_utilization=0.8, max_cold_replicas=8)
+    d, _ = decide(snap(40.0), PolicyState.initial(), cfg, 0.0)  # 40 / 0.8 = 50 rps
+    assert d.needed_replicas == 5 and d.details["headroom"] == 1.25
 
 
 def test_scale_up_is_immediate_scale_down_waits_a_full_window():

@@ -1,0 +1,180 @@
+"""The cost/SLO frontier: sweep each policy's one knob over one prepared trace, then compare.
+
+Each policy has a single knob that trades GPU-hours for SLO attainment:
+
+    reactive     target_ongoing_requests (Ray Serve's default policy; Ray's own default is 2)
+    knative      target concurrency per replica (KPA)
+    rule_70_30   the hot pool's fraction of the training peak (R6 says 0.7); the rest reactive
+    tideserve    the headroom quantile of the forecast's own errors (autoscaling/headroom.py)
+    oracle       no knob: knows the future, holds exactly what each second needs
+
+Concurrency targets are in requests in flight per replica; one replica at capacity holds
+replica_capacity_rps x mean_e2e_s of them (Little's law), which is how they map onto the replay's
+utilisation. `gpu_hours_to_reach` and `violations_at` read the frontier (pure, numpy-free).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import multiprocessing
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from autoscaling.policy import PolicyConfig
+from autoscaling.replay.baselines import (
+    KnativeController,
+    OracleController,
+    ReactiveController,
+    replicas_for,
+)
+from autoscaling.replay.runner import Prepared, ReplaySettings, metrics
+from autoscaling.replay.service import ServiceModel
+from autoscaling.replay.sim import simulate
+from autoscaling.replay.tideserve import TideserveController, learn_hot_replicas
+
+RAY_DEFAULT_TARGET_ONGOING = 2.0  # ray.serve.config.AutoscalingConfig.target_ongoing_requests
+
+
+@dataclass(frozen=True)
+class Sweep:
+    policy: str
+    knob: str
+    values: tuple[float, ...]
+    labels: dict[float, str] | None = None  # honest names for special points (Ray's default)
+
+
+def default_sweeps(service: ServiceModel, quick: bool) -> tuple[Sweep, ...]:
+    """Knob values spanning cheap-and-late to safe-and-costly for every policy."""
+    full = service.replica_capacity_rps * service.mean_e2e_s  # in flight at capacity
+    utils = (0.6, 0.75, 0.85, 0.95) if quick else (0.6, 0.7, 0.75, 0.8, 0.85, 0.95)
+    targets = tuple(round(u * full, 1) for u in utils)
+    fractions = (0.5, 0.7, 0.9) if quick else (0.5, 0.7, 0.8, 0.9, 1.0)
+    quantiles = (0.9, 0.99, 0.995) if quick else (0.95, 0.98, 0.99, 0.995, 0.998, 0.999)
+    return (
+        Sweep(
+            "reactive",
+            "target_ongoing_requests",
+            (RAY_DEFAULT_TARGET_ONGOING, *targets),
+            {RAY_DEFAULT_TARGET_ONGOING: "Ray default (target_ongoing_requests=2)"},
+        ),
+        Sweep("knative", "target_concurrency", targets),
+        Sweep("rule_70_30", "hot_fraction_of_training_peak", fractions, {0.7: "R6's 70/30"}),
+        Sweep("tideserve", "headroom_quantile", quantiles),
+        Sweep("oracle", "none", (0.0,)),
+    )
+
+
+def _controller(policy: str, value: float, prep: Prepared, cfg: PolicyConfig, svc, s):
+    cap, e2e = svc.replica_capacity_rps, svc.mean_e2e_s
+    peak_n = replicas_for(prep.peak_rps, cap, cfg.target_utilization)
+    max_n = max(math.ceil(peak_n * s.max_replicas_factor), 1)
+    if policy == "reactive":
+        return ReactiveController(policy, cap, value / (cap * e2e), e2e, 1, max_n)
+    if policy == "knative":
+        return KnativeController(policy, cap, value / (cap * e2e), e2e, max_replicas=max_n)
+    if policy == "rule_70_30":
+        train_peak = float(np.nanmax(prep.train_rates)) if len(prep.train_rates) else prep.peak_rps
+        hot = max(math.ceil(value * replicas_for(train_peak, cap, cfg.target_utilization)), 1)
+        u = cfg.target_utilization
+        return ReactiveController(policy, cap, u, e2e, hot_replicas=hot, max_replicas=max_n)
+    if policy == "tideserve":
+        hot = learn_hot_replicas(prep.train_rates, cfg, s.hot_quantile)
+        tcfg = replace(cfg, hot_replicas=hot, max_cold_replicas=max(max_n - hot, 0))
+        head = replace(s.headroom, quantile=value)
+        ctl = TideserveController(tcfg, cold_start_p95_s=s.cold_start_s, headroom=head)
+        if len(prep.train_rates):
+            ctl.train(prep.t0_s - len(prep.train_rates) * 600.0, 600.0, prep.train_rates)
+        return ctl
+    if policy == "oracle":
+        look = int(s.cold_start_s) + s.interval_s
+        return OracleController(policy, prep.arrivals, prep.t0_s, cap, look)
+    raise ValueError(f"policy={policy!r} has no frontier sweep")
+
+
+_SHARED: tuple = ()  # (prep, cfg, svc, settings) for worker processes, inherited by fork
+
+
+def _one(task: tuple[Sweep, float]) -> dict:
+    sw, value = task
+    prep, cfg, svc, s = _SHARED
+    t = time.perf_counter()
+    ctl = _controller(sw.policy, value, prep, cfg, svc, s)
+    res = simulate(ctl, prep.arrivals, prep.observed, prep.t0_s, svc, s.interval_s, s.cold_start_s)
+    row = metrics(res, prep, cfg.ttft_slo_s)
+    row.pop("last_reasons")
+    row.update(policy=sw.policy, knob=sw.knob, value=value, hot_replicas=ctl.hot_replicas)
+    row["label"] = (sw.labels or {}).get(value, f"{sw.knob}={value:g}")
+    row["sim_wall_s"] = time.perf_counter() - t
+    return row
+
+
+def run_sweeps(
+    prep: Prepared,
+    cfg: PolicyConfig,
+    svc: ServiceModel,
+    s: ReplaySettings,
+    sweeps: tuple[Sweep, ...],
+    progress: Callable[[str], None] = lambda _: None,
+    jobs: int = 1,
+) -> dict[str, list[dict]]:
+    """Every (policy, knob value) simulated on the same arrivals; rows per policy, in sweep
+    order. jobs > 1 runs the simulations in that many forked processes (results identical)."""
+    global _SHARED
+    _SHARED = (prep, cfg, svc, s)
+    tasks = [(sw, v) for sw in sweeps for v in sw.values]
+    out: dict[str, list[dict]] = {sw.policy: [] for sw in sweeps}
+    t0 = time.perf_counter()
+    pool = multiprocessing.get_context("fork").Pool(jobs) if jobs > 1 else None
+    try:
+        rows = pool.imap(_one, tasks) if pool else map(_one, tasks)
+        for done, row in enumerate(rows, 1):
+            out[row.pop("policy")].append(row)
+            eta = (time.perf_counter() - t0) / done * (len(tasks) - done)
+            progress(
+                f"{done}/{len(tasks)} {tasks[done - 1][0].policy} {row['label']}: "
+                f"{row['gpu_hours']:.0f} GPU-h, SLO {100 * row['slo_attainment']:.3f}% "
+                f"({row['sim_wall_s']:.0f} s; ETA {eta:.0f} s)"
+            )
+    finally:
+        if pool:
+            pool.close()
+            pool.join()
+    return out
+
+
+def gpu_hours_to_reach(rows: list[dict], slo: float) -> float | None:
+    """Least GPU-hours at which the policy's frontier reaches `slo`: along the best attainment
+    seen so far as GPU-hours grow, interpolated linearly between the two sweep points around it.
+    None when no point reaches it (no extrapolation)."""
+    pts = sorted((r["gpu_hours"], r["slo_attainment"]) for r in rows)
+    best_g, best_a = None, -math.inf
+    for g, a in pts:
+        if a >= slo:
+            if best_g is None or best_a >= slo:
+                return g
+            return best_g + (g - best_g) * (slo - best_a) / (a - best_a)
+        if a > best_a:
+            best_g, best_a = g, a
+    return None
+
+
+def violations_at(rows: list[dict], gpu_hours: float) -> float | None:
+    """The policy's violating requests at `gpu_hours`, log-interpolated between the two sweep
+    points around it on its frontier (the fewest violations at or below each cost). None outside
+    the swept range."""
+    pts = sorted((r["gpu_hours"], max(r["num_slo_violations"], 0.5)) for r in rows)
+    env, least = [], math.inf
+    for g, v in pts:
+        least = min(least, v)
+        env.append((g, least))
+    if not env or gpu_hours < env[0][0] or gpu_hours > env[-1][0]:
+        return None
+    for (g0, v0), (g1, v1) in itertools.pairwise(env):
+        if g0 <= gpu_hours <= g1:
+            w = 0.0 if g1 == g0 else (gpu_hours - g0) / (g1 - g0)
+            return math.exp((1 - w) * math.log(v0) + w * math.log(v1))
+    return env[-1][1]

@@ -1,0 +1,50 @@
+"""Plot of the frontier: SLO attainment against GPU-hours per policy, one panel per trace."""
+
+from __future__ import annotations
+
+COLOURS = {
+    "reactive": "tab:red",
+    "knative": "tab:purple",
+    "rule_70_30": "tab:green",
+    "tideserve": "tab:blue",
+    "oracle": "black",
+}
+
+
+def _violation_share(row: dict) -> float:
+    # plotted as the share of requests outside the SLO, on a log axis, so 99.5% and 99.9% part
+    return max(1.0 - row["slo_attainment"], 1e-6)
+
+
+def plot_frontier(reports: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(reports), figsize=(7 * len(reports), 5.5), squeeze=False)
+    for ax, rep in zip(axes[0], reports, strict=True):
+        oracle = rep["oracle_gpu_hours"]
+        for policy, rows in rep["sweeps"].items():
+            rows = sorted(rows, key=lambda r: r["gpu_hours"])
+            xs = [r["gpu_hours"] / oracle for r in rows]
+            ys = [_violation_share(r) for r in rows]
+            style = dict(marker="o", ms=4, color=COLOURS.get(policy), label=policy)
+            ax.plot(xs, ys, lw=2.0 if policy == "tideserve" else 1.0, **style)
+            for r, x, y in zip(rows, xs, ys, strict=True):
+                if "default" in r["label"] or "R6" in r["label"] or r.get("is_default"):
+                    ax.annotate(r["label"], (x, y), fontsize=7, xytext=(4, 4),
+                                textcoords="offset points")  # fmt: skip
+        for slo, ls in ((0.995, "--"), (0.999, ":")):
+            ax.axhline(1 - slo, color="grey", ls=ls, lw=0.8, label=f"{100 * slo:g}% in SLO")
+        ax.axvline(1.15, color="grey", ls="-.", lw=0.8, label="1.15x oracle")
+        ax.set_yscale("log")
+        ax.set_xscale("log")
+        ax.set_xlim(0.9, 6.0)
+        ax.set_xlabel("GPU-hours / oracle's")
+        ax.set_ylabel("share of requests over the TTFT SLO")
+        ax.set_title(f"{rep['trace']} (judged {rep['judged_days']:.0f} d, cold start 120 s)")
+        ax.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

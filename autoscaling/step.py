@@ -1,0 +1,82 @@
+"""One controller tick, shared by the live controller and the replay: observe, forecast, decide.
+
+    forecaster.observe(now, rate); learner.observe(now, rate)    (scores plans now due)
+    fc       = forecaster.predict(now, lead, horizon)
+    headroom = learner.headroom(now + lead)                     (the band the plan serves in)
+    decision = decide(snapshot with fc and headroom, state, cfg, now)
+    learner.expect(now + lead .. + horizon, base)                (scored when the span ends)
+
+Time comes in; nothing here reads a clock, so the replay and the tests step it by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autoscaling.forecast import Forecast, Forecaster
+from autoscaling.headroom import HeadroomLearner
+from autoscaling.policy import Decision, PolicyConfig, PolicyState, Snapshot, decide, lead_s_for
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """What the controller saw this tick (rate None: no data, e.g. a trace gap)."""
+
+    rate_rps: float | None
+    hot_ready: int
+    cold_ready: int
+    cold_starting: int
+    queue_depth: int
+    queue_wait_s: float
+    cold_start_p95_s: float | None = None
+    lead_override_s: float | None = None
+
+
+def tick(
+    forecaster: Forecaster,
+    learner: HeadroomLearner,
+    state: PolicyState,
+    cfg: PolicyConfig,
+    obs: Observed,
+    now_s: float,
+) -> tuple[Decision, PolicyState, Forecast]:
+    forecaster.observe(now_s, obs.rate_rps)
+    learner.observe(now_s, obs.rate_rps)
+    lead = lead_s_for(cfg, obs.cold_start_p95_s, obs.lead_override_s)
+    fc = forecaster.predict(now_s, lead, cfg.horizon_s)
+    head = learner.headroom(now_s + lead)
+    snap = Snapshot(
+        hot_replicas=obs.hot_ready,
+        cold_ready=obs.cold_ready,
+        cold_starting=obs.cold_starting,
+        rate_rps=obs.rate_rps if obs.rate_rps is not None else fc.level_rps,
+        queue_depth=obs.queue_depth,
+        queue_wait_s=obs.queue_wait_s,
+        forecast=fc,
+        cold_start_p95_s=obs.cold_start_p95_s,
+        lead_s=obs.lead_override_s,
+        headroom=head.factor,
+        headroom_basis=head.basis,
+    )
+    decision, state = decide(snap, state, cfg, now_s)
+    learner.expect(now_s + lead, now_s + lead + cfg.horizon_s, decision.details["base_rps"])
+    return decision, state, fc
+
+
+def train(
+    forecaster: Forecaster,
+    learner: HeadroomLearner,
+    cfg: PolicyConfig,
+    t0_s: float,
+    bin_s: float,
+    rates_rps: list[float | None],
+    lead_s: float,
+) -> None:
+    """Learn from a history of window-mean rates (None = gap): each window is forecast before it
+    is observed, so the headroom starts from the training days' own errors."""
+    for i, rate in enumerate(rates_rps):
+        t = t0_s + (i + 0.5) * bin_s
+        fc = forecaster.predict(t, lead_s, cfg.horizon_s)
+        learner.expect(t - 1.0, t, max(fc.peak_rps, fc.level_rps))  # scored by this window
+        forecaster.observe(t, rate)
+        learner.observe(t, rate)
