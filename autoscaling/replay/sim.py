@@ -56,6 +56,20 @@ class SimResult:
     reasons: list[str] = field(default_factory=list)  # the last few, for the report
 
 
+def _apply_cold_target(target: int, ready_cold: int, starting: list[float], ready_at: float) -> int:
+    """Start replicas up to `target` (ready at `ready_at`) or stop down to it, the ones still
+    starting first (cancelling a start costs nothing); returns the ready cold count."""
+    have = ready_cold + len(starting)
+    if target > have:
+        starting.extend([ready_at] * (target - have))
+    elif target < have:
+        drop = have - target
+        cancel = min(drop, len(starting))
+        del starting[len(starting) - cancel :]
+        ready_cold -= drop - cancel
+    return ready_cold
+
+
 def simulate(
     ctl: SimController,
     arrivals: np.ndarray,
@@ -96,14 +110,7 @@ def simulate(
             reasons = [*reasons[-4:], f"t={now:.0f}s {tgt.reason}"]
         if warm_start and k == 0:
             ready_cold = tgt.cold
-        have = ready_cold + len(starting)
-        if tgt.cold > have:
-            starting.extend([now + cold_start_s] * (tgt.cold - have))
-        elif tgt.cold < have:
-            drop = have - tgt.cold
-            cancel = min(drop, len(starting))
-            del starting[len(starting) - cancel :]
-            ready_cold -= drop - cancel
+        ready_cold = _apply_cold_target(tgt.cold, ready_cold, starting, now + cold_start_s)
         hi = min(lo + interval_s, n)
         secs = t0_s + np.arange(lo, hi)
         up = np.full(hi - lo, float(hot + ready_cold))
