@@ -128,6 +128,17 @@ class Scheduler:
         batch.num_decodes = len(decodes)
         return batch
 
+    def _limit(self) -> int:
+        """Sequences that may run now: max_num_seqs, slid down toward min_num_seqs as KV fills."""
+        cfg = self.config
+        return concurrency_limit(
+            self.ledger.use_fraction,
+            cfg.min_num_seqs,
+            cfg.max_num_seqs,
+            cfg.kv_low_watermark,
+            cfg.kv_high_watermark,
+        )
+
     def _interactive_first(self) -> bool:
         """An interactive prompt is prefilling, or the interactive head can be admitted now."""
         if any(s.tier is Tier.INTERACTIVE and s.num_uncomputed_tokens > 1 for s in self.running):
@@ -136,13 +147,7 @@ class Scheduler:
         if not queue:
             return False
         cfg, head = self.config, queue[0]
-        limit = concurrency_limit(
-            self.ledger.use_fraction,
-            cfg.min_num_seqs,
-            cfg.max_num_seqs,
-            cfg.kv_low_watermark,
-            cfg.kv_high_watermark,
-        )
+        limit = self._limit()
         chunk = min(head.num_uncomputed_tokens, cfg.max_num_batched_tokens)
         chunk = min(chunk, self.ledger.chunk_tokens)
         return len(self.running) < limit and self.ledger.can_admit(head, chunk)
@@ -177,13 +182,7 @@ class Scheduler:
                 self.stop_reason = "offline" if queue else self.stop_reason
                 return budget
             while queue and budget > 0:
-                limit = concurrency_limit(
-                    self.ledger.use_fraction,
-                    cfg.min_num_seqs,
-                    cfg.max_num_seqs,
-                    cfg.kv_low_watermark,
-                    cfg.kv_high_watermark,
-                )
+                limit = self._limit()
                 if len(self.running) >= limit:
                     # Below max_num_seqs the KV watermark slid the window down: KV binds.
                     self.stop_reason = "ceiling" if limit >= cfg.max_num_seqs else "kv"
