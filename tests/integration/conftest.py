@@ -13,6 +13,9 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 def ray_cluster():
     ray = pytest.importorskip("ray")
     ray.init(
+        # "local": always a cluster of our own; a bare init attaches to any cluster still
+        # registered on this machine (another run's, or one shutting down) and then refuses num_cpus
+        address="local",
         num_cpus=2,
         include_dashboard=False,
         _node_ip_address="127.0.0.1",

@@ -147,10 +147,14 @@ def test_malformed_json_is_a_400(served):
 
 
 def test_handle_call_from_a_second_driver(served):
+    import ray
+
+    # this session's cluster by its address: "auto" would take whichever cluster registered last
+    address = ray.get_runtime_context().gcs_address
     script = textwrap.dedent(f"""
         import json, ray
         from ray import serve
-        ray.init(address="auto", log_to_driver=False)
+        ray.init(address="{address}", log_to_driver=False)
         h = serve.get_app_handle("{APP}")
         out = h.generate.remote("def main():", max_tokens=6, priority="analytical",
                                 temperature=0).result(timeout_s=60)
