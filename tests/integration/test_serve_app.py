@@ -149,7 +149,7 @@ def test_malformed_json_is_a_400(served):
 def test_handle_call_from_a_second_driver(served):
     import ray
 
-    # this session's cluster by its address: "auto" would take whichever cluster registered last
+    # the test's own cluster by its address: "auto" would take whichever cluster registered last
     address = ray.get_runtime_context().gcs_address
     script = textwrap.dedent(f"""
         import json, ray
@@ -181,6 +181,9 @@ def test_interactive_overflows_to_cold_then_429_when_all_full(served):
         app_args(
             served["model_dir"],
             tiers={"interactive": {"max_waiting": 1}},
+            # the replicas' overflow and refusal are the subject, not the ingress's queue bound
+            # (test_overload.py covers that); the derived bound would drop this burst first
+            server={"ingress_max_queued_requests": 64},
             engine={
                 "kv_cache_bytes": 8 * 2**20,
                 "max_model_len": 512,
@@ -230,7 +233,10 @@ def test_scale_down_under_load_fails_no_request(served):
         "cold": {"min_replicas": 0, "max_replicas": 1, "initial_replicas": 0},
     }
     deploy(
-        app_args(served["model_dir"], pools=two_hot), name="scaledown", route_prefix="/scaledown"
+        # a generous ingress queue: scale-down under load is the subject, not the front door
+        app_args(served["model_dir"], pools=two_hot, server={"ingress_max_queued_requests": 64}),
+        name="scaledown",
+        route_prefix="/scaledown",
     )
     handle = serve.get_app_handle("scaledown")
     results: list[str] = []
@@ -254,7 +260,9 @@ def test_scale_down_under_load_fails_no_request(served):
     from serving.app import build_app
 
     serve.run(
-        build_app(app_args(served["model_dir"], pools=one_hot)),
+        build_app(
+            app_args(served["model_dir"], pools=one_hot, server={"ingress_max_queued_requests": 64})
+        ),
         name="scaledown",
         route_prefix="/scaledown",
         blocking=False,
