@@ -61,6 +61,12 @@ class LaneMixin:
         if self._lane_task is None or self._lane_task.done():
             self._lane_task = asyncio.get_running_loop().create_task(self.lane.run())
 
+    def offline_cold_replicas_wanted(self) -> int:
+        """Cold replicas the batch lane asks for now: 0 at peak, and 0 while the forecast
+        valleys hold the open batches' remaining work. The cold pool's scaling reads this and
+        keeps at least that many cold replicas (within the pool's bounds)."""
+        return 0
+
     def lane_summary(self) -> dict:
         last, view = self.lane.last, self.lane.last_view
         return {
