@@ -13,6 +13,7 @@ The hot pool is constant (R5/R9). The cold pool follows the forecast:
 * Emergency (Knative's panic mode): when the queue wait or the queue depth passes half the TTFT
   SLO (depth measured in seconds of pool capacity), scale up at once to what the observed rate
   plus draining the queue needs, and hold off any scale-down for `panic_hold_s`.
+* The batch lane's ask (`offline_cold_replicas`) is a floor on the cold target, within bounds.
 * Scale-down is the max recommendation over the last `stabilization_window_s` (the Kubernetes HPA
   rule), so a dip must last a whole window before replicas go; the controller then drains them.
 
@@ -49,6 +50,8 @@ class Snapshot:
     # R6's safety factor 1 / target_utilization instead
     headroom: float | None = None
     headroom_basis: str = "prior 1/target_utilization"
+    # cold replicas the batch lane asks for now (serving/batch/lane.py); a floor on the target
+    offline_cold_replicas: int = 0
 
     @property
     def cold_current(self) -> int:
@@ -190,6 +193,9 @@ def decide(
     target, held_why = _slow_scale_down(want, current, recent, panic_until, snap, cfg, now_s)
     why += held_why
     target = min(max(target, cfg.min_cold_replicas), cfg.max_cold_replicas)
+    if snap.offline_cold_replicas > target:  # the batch lane's ask, within the pool's bounds
+        target = min(snap.offline_cold_replicas, cfg.max_cold_replicas)
+        why += f"; the batch lane asks for {snap.offline_cold_replicas} cold"
     arrow = f"cold {current}->{target}" if target != current else f"cold stays {target}"
     decision = Decision(
         hot_target=hot,

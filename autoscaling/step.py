@@ -30,6 +30,7 @@ class Observed:
     queue_wait_s: float
     cold_start_p95_s: float | None = None
     lead_override_s: float | None = None
+    offline_cold_replicas: int = 0  # the batch lane's ask (a floor on the cold target)
 
 
 def tick(
@@ -57,6 +58,7 @@ def tick(
         lead_s=obs.lead_override_s,
         headroom=head.factor,
         headroom_basis=head.basis,
+        offline_cold_replicas=obs.offline_cold_replicas,
     )
     decision, state = decide(snap, state, cfg, now_s)
     learner.expect(now_s + lead, now_s + lead + cfg.horizon_s, decision.details["base_rps"])

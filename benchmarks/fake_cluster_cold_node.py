@@ -159,7 +159,8 @@ def run_day(address: str, work: pathlib.Path, past_cold_start_s: float) -> dict:
             "resources": {"pool_cold": 1},
         },
     }
-    args["controller"] = day.controller_section(history)
+    # the external-scaler option: this benchmark reads the controller actor's status
+    args["controller"] = {**day.controller_section(history), "scaler": "external"}
     args["tiers"] = {"interactive": {"ttft_p99_s": 10.0}}
     serve.start(http_options={"host": "127.0.0.1", "port": HTTP_PORT}, proxy_location="HeadOnly")
     started = time.time()

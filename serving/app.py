@@ -15,6 +15,7 @@ from ray.serve.config import BackpressureConfig, RequestRouterConfig
 
 from serving.config import AppConfig
 from serving.config.front_door import front_door
+from serving.llm.autoscaling_stats import config_crc
 
 ROUTER = "serving.llm.router:KVHeadroomRouter"
 # Deployment name -> environment variables for its replicas (what an operator sets with a
@@ -49,18 +50,51 @@ def _replica_options(cfg: AppConfig, pool: str, num_replicas: int, resources: di
     }
 
 
+# Serve runs an application-level autoscaling policy (autoscaling/serve_policy.py) over the
+# deployments that have an autoscaling_config, and feeds it their `record_autoscaling_stats`:
+# the ingress and the hot pool get a fixed range (min = max) so the policy sees them too.
+_STATS_PERIOD = {"metrics_interval_s": 1.0, "look_back_period_s": 10.0}
+
+
+def _serve_policy(cfg: AppConfig) -> bool:
+    return cfg.controller.enabled and cfg.controller.scaler == "serve_policy"
+
+
+def _fixed_size(options: dict, num_replicas: int) -> dict:
+    options = dict(options)
+    del options["num_replicas"]
+    n = num_replicas
+    options["autoscaling_config"] = {
+        "min_replicas": n, "max_replicas": n, "initial_replicas": n, **_STATS_PERIOD,
+    }  # fmt: skip
+    return options
+
+
 def _cold_options(cfg: AppConfig) -> dict:
     cold = cfg.pools.cold
     options = _replica_options(cfg, "cold", cold.initial_replicas, cold.resources)
-    if cfg.controller.enabled:
-        # Serve's external scaler (our controller) forbids autoscaling_config on every deployment
-        # of the app and Serve refuses num_replicas=0, so an empty cold pool starts at 1 and the
-        # controller's first tick sets it to the forecast's target.
+    if cfg.controller.enabled and cfg.controller.scaler == "external":
+        # Serve's external scaler (our controller actor) forbids autoscaling_config on every
+        # deployment of the app and Serve refuses num_replicas=0, so an empty cold pool starts
+        # at 1 and the controller's first tick sets it to the forecast's target.
         options["num_replicas"] = max(cold.initial_replicas, 1)
+    elif _serve_policy(cfg):
+        # The forecast policy decides alone: Serve's delays and factors would add their own
+        # hysteresis on top of its stabilisation window, so they are zero / one.
+        del options["num_replicas"]
+        options["autoscaling_config"] = {
+            "min_replicas": cold.min_replicas,
+            "max_replicas": max(cold.max_replicas, 1),
+            "initial_replicas": cold.initial_replicas,
+            "upscale_delay_s": 0.0,
+            "downscale_delay_s": 0.0,
+            "downscale_to_zero_delay_s": 0.0,
+            **_STATS_PERIOD,
+        }
     elif cold.initial_replicas == 0:
         # Serve refuses a fixed num_replicas of 0; an autoscaling range starting at 0 expresses
         # "no cold replica yet". The ingress sends nothing to an empty pool, so Serve's reactive
-        # autoscaler sees no load and leaves it at 0 until the forecast controller scales it.
+        # autoscaler sees no load and leaves it at 0.
         del options["num_replicas"]
         options["autoscaling_config"] = {
             "min_replicas": 0,
@@ -117,17 +151,22 @@ def build_graph(cfg: AppConfig, envs: RuntimeEnvs | None = None):
     shared = cfg.replica_args()  # the one config both groups (and the ingress) are built from
     replica = serve.deployment(ModelReplica)
     hot_options = _replica_options(cfg, "hot", cfg.pools.hot.num_replicas, cfg.pools.hot.resources)
+    ingress_options = _ingress_options(cfg)
+    if _serve_policy(cfg):  # hot stays the plan's size; the policy sees it and the ingress
+        hot_options = _fixed_size(hot_options, cfg.pools.hot.num_replicas)
+        ingress_options = _fixed_size(ingress_options, 1)
     hot = replica.options(**_with_env(hot_options, envs)).bind(shared, "hot")
     cold = replica.options(**_with_env(_cold_options(cfg), envs)).bind(shared, "cold")
-    if cfg.controller.enabled:  # hot stays fixed; the controller drives cold (autoscaling/)
+    if cfg.controller.enabled and cfg.controller.scaler == "external":
         from autoscaling.controller import ensure_controller
 
         ensure_controller(cfg)
-    ingress = serve.deployment(HttpIngress).options(**_with_env(_ingress_options(cfg), envs))
+    ingress = serve.deployment(HttpIngress).options(**_with_env(ingress_options, envs))
     # The offline lane reads the batch section and the replica capacity the controller plans with.
     lane = {"batch": cfg.to_dict()["batch"], "controller": {"enabled": False}}
     lane["controller"]["replica_capacity_rps"] = cfg.controller.replica_capacity_rps
-    return ingress.bind(shared, hot, cold, lane)
+    # The policy checks that its copy of the config (policy_kwargs) is the one built here.
+    return ingress.bind(shared, hot, cold, lane, config_crc(cfg.to_dict()))
 
 
 def build_app(args: dict | None = None):

@@ -305,6 +305,9 @@ class LeadOverride:
         return frozenset((start + i) % _MINUTES_PER_DAY for i in range(length))
 
 
+SCALERS = ("serve_policy", "external")
+
+
 @dataclass(frozen=True, slots=True)
 class ControllerSection:
     """Read by the autoscaling controller (autoscaling/controller.py)."""
@@ -321,10 +324,14 @@ class ControllerSection:
     # figure); the policy plans for replica_capacity_rps x target_utilization (R6 safety factor).
     replica_capacity_rps: float = 2.0
     target_utilization: float = 0.85  # the share of replica_capacity_rps planned for
-    # The controller actor (autoscaling/controller.py). A `controller:` section in cluster.yaml
-    # turns it on (serving/config/app_config.py sets enabled unless the section says
-    # `enabled: false`); the application must then be deployed with `external_scaler_enabled: true`.
+    # A `controller:` section in cluster.yaml turns the forecast-driven cold pool on
+    # (serving/config/app_config.py sets enabled unless the section says `enabled: false`).
     enabled: bool = False
+    # Who applies the cold pool's targets. serve_policy: Ray Serve's application-level
+    # autoscaling policy (autoscaling/serve_policy.py; the app's `autoscaling_policy` in the Serve
+    # config names it). external: the detached actor of autoscaling/controller.py through Serve's
+    # external scaler (deploy with `external_scaler_enabled: true`), kept as an option.
+    scaler: str = "serve_policy"
     app_name: str = "tideserve"  # the Serve application it scales (cluster.yaml's `name`)
     # Its history (forecast, cold starts, decisions), so a restart keeps the forecast. Put it on
     # storage every node sees in a multi-node cluster. None: ~/.cache/tideserve/.
@@ -338,6 +345,7 @@ class ControllerSection:
         for name in ("interval_s", "forecast_lead_s", "stabilization_window_s", "time_scale"):
             _check_seconds(o, name, getattr(self, name))
         _check_bool(o, "enabled", self.enabled)
+        check_choice(o, "scaler", self.scaler, SCALERS)
         _check_str(o, "app_name", self.app_name)
         if self.history_path is not None:
             _check_str(o, "history_path", self.history_path, "null or a file path")

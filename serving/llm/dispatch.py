@@ -9,6 +9,7 @@ A pool with no running replica is skipped. When every eligible pool refuses: 429
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Mapping
@@ -143,6 +144,33 @@ def _memo_refusal(memo: RefusalMemo | None, pool: str, request: GenerateRequest,
     return None
 
 
+class PoolGone(Exception):
+    """The pool lost its last running replica while a request waited for its first item."""
+
+
+POOL_GONE_CHECK_S = 0.5  # how often a request waiting on an elastic pool checks it still exists
+
+
+async def _first_item(response, pool: str, available: dict[str, bool]):
+    """The stream's first item. For an elastic pool (not hot), give up when the pool stops
+    being available (the ingress's watcher saw no running replica): the autoscaler removed its
+    last replica, and Serve would park the request until a replica comes back, maybe hours
+    later. Nothing reached the client yet, so the request goes on to the next pool."""
+    if pool == "hot":
+        return await response.__anext__()
+    first = asyncio.ensure_future(response.__anext__())
+    while True:
+        done, _ = await asyncio.wait({first}, timeout=POOL_GONE_CHECK_S)
+        if done:
+            return first.result()
+        if not available.get(pool, False):
+            first.cancel()
+            cancel = getattr(response, "cancel", None)
+            if cancel is not None:
+                cancel()
+            raise PoolGone(pool)
+
+
 async def open_stream(
     handles: dict,
     available: dict[str, bool],
@@ -166,7 +194,10 @@ async def open_stream(
             continue
         response = handles[pool].options(stream=True).generate_stream.remote(request)
         try:
-            first = await response.__anext__()
+            first = await _first_item(response, pool, available)
+        except PoolGone:
+            refusals.add(f"{pool}: pool emptied before it answered", default_retry_s)
+            continue
         except BackPressureError as err:
             refusals.add(f"{pool}: replica queues full ({err})", default_retry_s)
             continue

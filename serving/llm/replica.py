@@ -17,6 +17,7 @@ from serving.config import AppConfig
 from serving.engine import LLMEngine, RequestTimeoutError, SamplingParams
 from serving.engine.load import load_snapshot
 from serving.llm.admission import AdmissionLimits, admit, max_in_replica
+from serving.llm.autoscaling_stats import ReplicaStats
 from serving.llm.messages import (
     Delta,
     Failure,
@@ -100,6 +101,16 @@ class ModelReplica:
     async def check_health(self) -> None:
         if not self.engine.loop_alive:
             raise RuntimeError("engine loop died; replace this replica")
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        """Queue signals for Serve's autoscaling policy (the emergency path of R9)."""
+        stats = self.engine.stats()
+        return ReplicaStats(
+            num_waiting=stats.num_waiting,
+            num_running=stats.num_running,
+            queue_wait_p99_s=stats.queue_wait_p99_s,
+            kv_use_fraction=stats.kv_use_fraction,
+        ).to_metrics()
 
     def record_routing_stats(self) -> dict:
         from serving.llm.router import routing_stats_from_engine

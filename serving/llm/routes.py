@@ -28,6 +28,7 @@ from serving.api.http import (
 from serving.batch.routes import BatchRoutes
 from serving.batch.routes import router as batch_router
 from serving.llm import tools
+from serving.llm.autoscaling_stats import IngressStats
 from serving.llm.choices import ChoiceState
 from serving.llm.ingress import Ingress
 from serving.llm.replies import Reply, drain, merge_streams, service_tier_echo
@@ -41,9 +42,20 @@ api.include_router(batch_router)  # before serve.ingress below binds the routes 
 # replica re-imports this module, so the rewrite must happen at import, not in build_app().
 @serve.ingress(api)
 class HttpIngress(BatchRoutes, Ingress):
-    def __init__(self, config: dict, hot, cold, lane: dict | None = None) -> None:
+    def __init__(
+        self, config: dict, hot, cold, lane: dict | None = None, config_crc: int = 0
+    ) -> None:
         super().__init__(config, hot, cold)
         self.start_lane(lane)  # `lane`: the batch and controller sections (serving/app.py)
+        self.config_crc = config_crc  # of the whole app config, for the autoscaling policy
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        """Serve's autoscaling policy reads this (autoscaling/serve_policy.py)."""
+        return IngressStats(
+            num_requests=self.num_requests,
+            offline_cold_replicas=max(0, int(self.offline_cold_replicas_wanted())),
+            config_crc=self.config_crc,
+        ).to_metrics()
 
     @api.get("/health")
     async def health(self) -> dict:

@@ -49,7 +49,9 @@ def main(model_dir: str, port: int) -> dict:
         serve.run(build_app(args), name="placement", route_prefix="/placement")
         deploy_s = time.monotonic() - started
         controller = ensure_controller(
-            AppConfig.from_args({"controller": {"app_name": "placement-probe"}})
+            AppConfig.from_args(
+                {"controller": {"app_name": "placement-probe", "scaler": "external"}}
+            )
         )
         ctl_node = ray.get(controller.status.remote(), timeout=60)["node_id"]
         ray.kill(controller, no_restart=True)

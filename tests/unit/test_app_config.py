@@ -58,7 +58,9 @@ def test_shipped_cluster_yaml_loads_with_the_documented_values():
     assert cfg.replica == ReplicaSection(torch_threads=2, stream_interval_s=0.1)
     assert cfg.server.api_key_env is None
     assert dict(cfg.tiers) == dict(DEFAULT_TIERS)
-    assert cfg.controller == ControllerSection()
+    # on by default: the forecast-driven cold pool under Serve's autoscaling policy
+    assert cfg.controller == ControllerSection(enabled=True)
+    assert cfg.controller.scaler == "serve_policy"
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Ray's own pydantic-v1 style fields
@@ -79,14 +81,14 @@ def test_shipped_cluster_yaml_is_valid_for_ray_serve():
 
 
 def test_commented_examples_in_cluster_yaml_are_valid():
-    # The commented tiers/controller block is documentation users will uncomment: keep it valid.
+    # The commented tiers / lead_overrides lines are documentation users will uncomment: keep
+    # them valid. "      #   interactive: ..." -> "  interactive: ...": drop the args block's
+    # indent, then the "# " of a commented line; up to the first line indented less than args.
     lines = CLUSTER_YAML.read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.strip() == "# tiers:")
-    # "      #   interactive: ..." -> "  interactive: ...": drop the indent, the "#" and one space.
-    # ...up to the next application (the first line indented less than the args block)
     ends = (i for i in range(start, len(lines)) if lines[i].strip() and lines[i][:6].strip())
     end = next(ends, None)
-    block = "\n".join(line.strip().removeprefix("# ") for line in lines[start:end])
+    block = "\n".join(re.sub(r"^(\s*)# ", r"\1", line[6:]) for line in lines[start:end])
     args = yaml.safe_load(block)
     cfg = AppConfig.from_args(args)
     assert cfg.controller.lead_overrides == (LeadOverride("07:30", "09:00", 1800.0),)
