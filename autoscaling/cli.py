@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     _add_replay(sub)
-    from autoscaling.status_cli import add_status_parser  # the live controller (5B)
+    from autoscaling.status_cli import add_status_parser  # the cold pool policy's history
 
     add_status_parser(sub)
     return parser

@@ -86,35 +86,37 @@ def test_a_controller_section_turns_the_controller_on_and_round_trips():
         AppConfig.from_args({"controller": {"app_name": ""}})
 
 
-def test_status_text_shows_forecast_targets_and_reasons():
-    status = {
-        "app": "tideserve",
-        "clock": {"start_s": 0.0, "wall0_s": 0.0, "time_scale": 1.0},
-        "model_now_s": 19000 * 86400.0 + 11 * 3600,
-        "applied_targets": {"hot": 1, "cold": 2},
-        "apply_path": "REST http://127.0.0.1:8265",
-        "cold_start_p95_s": 41.5,
-        "cold_start_samples_s": [30.0, 41.5],
-        "pending_cold_starts": 0,
-        "history_path": "~/.cache/tideserve/autoscaler-tideserve.json",
-        "last": {
-            "state": "running",
-            "rate_rps": 12.0,
-            "queue_depth": 0,
-            "queue_wait_s": 0.01,
-            "lead_s": 1200.0,
-            "hot_running": 1,
-            "cold_running": 2,
-            "forecast": {"rate_at_lead_rps": 30.0, "peak_rps": 31.0, "basis": "daily profile"},
-        },
-        "recent_reasons": ["cold 0->2: forecast peak 31 rps ..."],
-        "errors": [],
+def test_status_text_shows_forecast_targets_and_reasons(tmp_path, capsys):
+    from autoscaling.cli import main
+    from autoscaling.history_store import History, save_history
+
+    decision = {
+        "t_model_s": 19000 * 86400.0 + 11 * 3600,
+        "t_wall_s": 0.0,
+        "hot_target": 1,
+        "cold_target": 2,
+        "emergency": False,
+        "lead_s": 1200.0,
+        "reason": "cold 0->2: forecast peak 31 rps ...",
+        "rate_rps": 12.0,
+        "forecast": {"rate_at_lead_rps": 30.0, "peak_rps": 31.0, "basis": "daily profile"},
+        "hot_running": 1,
+        "cold_running": 2,
+        "queue_depth": 0,
+        "queue_wait_s": 0.01,
+        "policy": {"cold_start_p95_s": 41.5, "cold_start_samples_s": [30.0, 41.5]},
     }
-    text = format_status(status)
+    text = format_status("tideserve", "h.json", [decision])
     assert "model time    2022-01-08 11:00 UTC" in text
     assert "peak 31.00 rps (daily profile)" in text
-    assert "{'hot': 1, 'cold': 2}" in text and "p95 41.5 s over 2 samples" in text
+    assert "hot 1, cold 2" in text and "p95 41.5 s over 2 samples" in text
     assert "  - cold 0->2: forecast peak 31 rps ..." in text
+    path = tmp_path / "h.json"
+    assert main(["status", "--history", str(path)]) == 2  # no file yet: says so
+    assert "no decisions in" in capsys.readouterr().err
+    save_history(path, History(decisions=[decision]))
+    assert main(["status", "--history", str(path)]) == 0
+    assert "targets       hot 1, cold 2" in capsys.readouterr().out
 
 
 def test_replica_reporter_looks_the_controller_up_sparingly_and_pushes_its_numbers(monkeypatch):
