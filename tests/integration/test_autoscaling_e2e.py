@@ -5,8 +5,8 @@ with the app's own args as its policy_kwargs (a YAML alias), as cluster.yaml doe
 --non-blocking` deploys it on a real local Ray cluster. The policy plays the day at
 time_scale = 300 (one model hour = 12 real seconds). Its history file is injected first, as the
 policy would have left it after three previous days: the forecaster's daily profile (a ramp at
-12:00 to a peak until 14:00) and one cold start of 8 s measured earlier. A client drives HTTP
-traffic along the same day shape, and at 15:00 sends a burst the forecast does not know. The test
+12:00 to a peak until 14:00) and one cold start of 20 s measured earlier. A client drives HTTP
+traffic along the same day shape, and at 16:00 sends a burst the forecast does not know. The test
 shows: cold replicas are running BEFORE the ramp begins (the forecast, not an emergency), the
 cold pool stays up through the peak and reaches its maximum, it is released after the peak, the
 burst triggers the emergency path, no request fails (including those sent while Serve removed
@@ -35,13 +35,14 @@ APP = "autoscale-e2e"
 PORT = 18500
 DAY_S = 86400.0
 TIME_SCALE = 300.0
-START_S = 20_000 * DAY_S + 10.5 * 3600  # model clock: 10:30 UTC on day 20000
-END_HOUR = 17.25
-BURST_HOUR = 15.0  # the day is back at base load, the cold pool released
-BURST_REQUESTS = 48
-BURST_MAX_TOKENS = 160
+START_S = 20_000 * DAY_S + 9.0 * 3600  # model clock: 09:00 UTC on day 20000
+END_HOUR = 18.0
+RELEASE_WAIT_S = 90.0  # after the day: real seconds for the burst's cold replicas to go
+BURST_HOUR = 16.0  # the day is back at base load, the cold pool released
+BURST_REQUESTS = 28  # < the 32 a replica holds before it refuses analytical work
+BURST_MAX_TOKENS = 120
 BASE_RPS, PEAK_RPS = 0.5, 3.0
-PAST_COLD_START_S = 8.0  # real seconds, "measured yesterday"
+PAST_COLD_START_S = 20.0  # real seconds, "measured yesterday" (a tiny model on 2 shared cores)
 MARGIN_S = 1800.0  # model seconds added to the p95 cold start
 
 
@@ -124,9 +125,10 @@ def day_app(ray_cluster, tmp_path_factory):
     }
     args["controller"] = controller_section(history)
     # A generous TTFT SLO keeps the emergency (queue wait or depth > half the SLO) out of the
-    # forecast part on a CI machine whose CPUs other jobs share; the 15:00 burst is built to
-    # pass it. The ingress queue is generous for the burst (the front door has its own tests).
-    args["tiers"] = {"interactive": {"ttft_p99_s": 10.0}}
+    # forecast part on a CI machine whose CPUs other jobs share; the 16:00 burst is built to
+    # pass it, and the burst's requests may wait for the one hot replica (overload has its own
+    # tests: this one is about the autoscaler), as may they at the ingress's front door.
+    args["tiers"] = {"interactive": {"ttft_p99_s": 10.0, "max_queue_wait_s": 90.0}}
     args["server"] = {"ingress_max_queued_requests": 128}
     config = tmp / "serve.yaml"
     config.write_text(serve_yaml(args))
@@ -181,7 +183,7 @@ class DayClient:
         self.stop = threading.Event()
         self.pool = cf.ThreadPoolExecutor(16)
         self.burst_pool = cf.ThreadPoolExecutor(BURST_REQUESTS)
-        self.http = httpx.Client(timeout=60, limits=httpx.Limits(max_connections=128))
+        self.http = httpx.Client(timeout=120, limits=httpx.Limits(max_connections=128))
 
     def model_now(self) -> float:
         c = self.clock
@@ -245,6 +247,8 @@ def play_day(day_app) -> tuple[list[tuple], DayClient]:
 
 
 def test_compressed_day_cold_pool_up_before_ramp_released_after_emergency_on_a_burst(day_app):
+    from serving.serve_status import read_counts
+
     samples, client = play_day(day_app)
     ticks = decisions(day_app["history"])
     # (model hour, cold running, cold live) as one string, so a failure shows all of it
@@ -270,7 +274,10 @@ def test_compressed_day_cold_pool_up_before_ramp_released_after_emergency_on_a_b
     # The burst the forecast did not know triggers the emergency path, which raises cold.
     panic = [d for d in ticks if d["emergency"] and hour(d["t_model_s"]) >= BURST_HOUR]
     assert panic and panic[0]["cold_target"] >= 1, timeline
-    assert samples[-1][3] == 0, timeline  # and released again by the end of the day
+    # ...and released again once the burst is over (the policy keeps a cold replica it asked
+    # for until it runs, so this waits out its cold start on a slow machine).
+    released = wait_until(lambda: read_counts(APP)["cold"].live == 0, RELEASE_WAIT_S, "no release")
+    assert released, timeline
 
     # Today's cold starts were measured (requested -> running) next to yesterday's sample; the
     # lead of later decisions is their p95 (in model seconds) plus the margin.
