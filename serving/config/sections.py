@@ -310,7 +310,8 @@ SCALERS = ("serve_policy", "external")
 
 @dataclass(frozen=True, slots=True)
 class ControllerSection:
-    """Read by the autoscaling controller (autoscaling/controller.py)."""
+    """Read by the forecast-driven cold pool: Serve's autoscaling policy
+    (autoscaling/serve_policy.py), or the controller actor (autoscaling/controller.py)."""
 
     _owner: ClassVar[str] = "controller"
 

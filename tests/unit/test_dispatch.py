@@ -216,3 +216,37 @@ def test_without_a_snapshot_the_ingress_always_asks_for_interactive():
         with pytest.raises(ApiError):
             asyncio.run(open_stream(handles, {"hot": True}, request("interactive"), 2.0, memo, now))
     assert hot.calls == 2
+
+
+class ParkedStream(FakeStream):
+    """What Serve's handle does for a deployment whose last replica is gone: waits forever."""
+
+    async def __anext__(self):
+        await asyncio.Event().wait()
+
+
+class ParkingHandle(FakeHandle):
+    def remote(self, request):
+        self.calls += 1
+        self.stream = ParkedStream([])
+        return self.stream
+
+
+def test_a_request_parked_on_an_emptied_cold_pool_goes_on_to_hot(monkeypatch):
+    import serving.llm.dispatch as dispatch
+
+    monkeypatch.setattr(dispatch, "POOL_GONE_CHECK_S", 0.01)
+    cold, hot = ParkingHandle([]), FakeHandle([DELTA])
+    available = {"hot": True, "cold": True}
+
+    async def scenario():
+        opening = asyncio.ensure_future(
+            open_stream({"hot": hot, "cold": cold}, available, request("analytical"), 2.0)
+        )
+        await asyncio.sleep(0.05)  # parked on cold: no answer, not failed
+        assert not opening.done() and cold.calls == 1
+        available["cold"] = False  # the ingress's watcher: no running cold replica any more
+        return await asyncio.wait_for(opening, 5)
+
+    opened = asyncio.run(scenario())
+    assert opened.pool == "hot" and cold.stream.cancelled and hot.calls == 1
