@@ -88,8 +88,9 @@ def _is_embed(app: Mapping) -> bool:
     return isinstance(model, Mapping) and model.get("task") == "embed"
 
 
-def _section(parent: Any, key: str, path: str, create: bool = True) -> Any:
-    """The mapping at parent[key], created (block style) when absent; refuses shared nodes."""
+def _section(parent: Any, key: str, path: str, create: bool = True, shared_ok: bool = False) -> Any:
+    """The mapping at parent[key], created (block style) when absent; refuses shared nodes
+    unless shared_ok."""
     from ruamel.yaml.comments import CommentedMap
 
     node = parent.get(key)
@@ -101,7 +102,7 @@ def _section(parent: Any, key: str, path: str, create: bool = True) -> Any:
     if not isinstance(node, CommentedMap):
         raise ValueError(f"{path} must be a mapping, got {node!r}")
     anchor = getattr(node, "anchor", None)
-    if (anchor is not None and anchor.value) or getattr(node, "merge", None):
+    if (anchor is not None and anchor.value and not shared_ok) or getattr(node, "merge", None):
         raise ValueError(f"{path} uses a YAML anchor, alias or merge key; edit it by hand")
     return node
 
@@ -214,7 +215,9 @@ def render_plan(text: str, settings: PlanSettings, app_name: str | None = None):
     args = app.get("args")
     if args is None:
         raise ValueError(f"application {name!r} has no `args:` section")
-    note = _apply(_section(app, "args", "args"), settings)
+    # cluster.yaml anchors `args` for the app's autoscaling_policy (policy_kwargs.app_args is
+    # an alias of it): editing args in place edits the policy's copy too, as it should.
+    note = _apply(_section(app, "args", "args", shared_ok=True), settings)
     out = io.StringIO()
     y.dump(doc, out)
     return out.getvalue(), name, note

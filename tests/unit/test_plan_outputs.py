@@ -125,6 +125,8 @@ def test_write_plan_changes_only_the_lines_of_the_keys_it_owns(tmp_path):
             " warm-up (GPU)",
             "hot: {num_replicas: 4, resources: {}}   # always on; e.g. resources: {pool_hot: 1}",
             "max_replicas: 3",
+            # cluster.yaml has a controller section (the forecast cold pool, on by default)
+            "replica_capacity_rps: 12.5    # req/s one replica sustains in the SLO (capacity plan)",
         ]
     )
     # Every comment line is kept, and so is every line of the embeddings app.
@@ -142,7 +144,7 @@ def test_write_plan_changes_only_the_lines_of_the_keys_it_owns(tmp_path):
     assert (cfg.pools.cold.min_replicas, cfg.pools.cold.max_replicas) == (0, 3)
     assert "engine.max_num_seqs: 32 -> 300" in summary
     assert "pools.hot.num_replicas: 1 -> 4" in summary
-    assert "controller.replica_capacity_rps not written" in summary
+    assert "controller.replica_capacity_rps: 2.0 -> 12.5" in summary
     # Same plan again: nothing to do, file untouched.
     text = path.read_bytes()
     assert "no change" in write_plan(path, SETTINGS)
@@ -284,7 +286,8 @@ def test_cli_plan_writes_plot_and_cluster_yaml(tmp_path):
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)  # messages go to stderr with --json
     assert "plot: wrote" in proc.stderr
-    assert f"updated {yaml_path}: engine.kv_cache_bytes" in proc.stderr
+    assert f"updated {yaml_path}: controller.replica_capacity_rps" in proc.stderr
+    assert "engine.kv_cache_bytes" in proc.stderr
     _assert_png(png)
     cfg = load_cluster_yaml(yaml_path)
     assert cfg.pools.hot.num_replicas == result["hot_replicas"]
