@@ -125,9 +125,12 @@ class BatchRunner:
         return job.view(time.monotonic(), time.time())
 
     # ----- the loop ------------------------------------------------------------------------------
-    async def run(self) -> None:
+    async def run(self, every_tick: Callable[[], None] | None = None) -> None:
+        """`every_tick`: the ingress's own per-tick work (the lane's forecast), batches or not."""
         while True:
             try:
+                if every_tick is not None:
+                    every_tick()
                 await self.tick(time.monotonic())
             except Exception:  # a failed poll must not end the lane; the next tick retries
                 log.exception("batch lane tick failed")
