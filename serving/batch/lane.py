@@ -76,8 +76,8 @@ class LaneMixin:
         PLAN_EVERY_S, the cold-pool ask and each open batch's completion estimate."""
         now, outlook = time.time(), self.lane_outlook
         outlook.count(now, self.num_requests - self._lane_opens)
-        if outlook.due(now):
-            live = [j for j in self.lane.jobs.values() if j.batch["status"] == "in_progress"]
+        live = [j for j in self.lane.jobs.values() if j.batch["status"] == "in_progress"]
+        if outlook.due(now, len(live)):
             # Hot only: cold replicas the lane asked for must not shrink its own ask. Before the
             # first count from the controller (the lane's first tick), hot has >= 1 replica.
             hot = self._lane_counts.get("hot", 1)
@@ -88,7 +88,8 @@ class LaneMixin:
                 self.lane_capacity_rps,
                 self.lane_cfg.slot_share,
             )
-            plan = outlook.replan(now, batch_needs(live), model, self.lane_cfg.max_cold_replicas)
+            needs, max_cold = batch_needs(live), self.lane_cfg.max_cold_replicas
+            plan = outlook.replan(now, len(live), needs, model, max_cold)
             for job in live:
                 at = plan.estimates.get(job.batch["id"])
                 job.lane["estimate"] = {

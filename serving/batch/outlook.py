@@ -65,6 +65,7 @@ class LanePlan:
 
 
 IDLE_PLAN = LanePlan(0, "no open batch", {}, "")
+NO_MEASURE = "no measure yet"
 
 
 def plan_bin_s(forecaster: Forecaster) -> float:
@@ -96,7 +97,7 @@ def plan_lane(
     if not needs:
         return IDLE_PLAN
     if model is None:
-        return LanePlan(0, "no batch throughput measured yet", {}, "no measure yet")
+        return LanePlan(0, "no batch throughput measured yet", {}, NO_MEASURE)
     ordered = sorted(needs, key=lambda n: n.deadline_s)
     cumulative, total = [], 0.0
     for need in ordered:
@@ -186,6 +187,7 @@ class LaneOutlook:
         self.last_rate_rps = 0.0  # the live rate of the last FEED_EVERY_S
         self.plan = IDLE_PLAN
         self.planned_s = -math.inf
+        self._planned_open = 0
         self._last: tuple[float, int] | None = None
         self._saved_s = -math.inf
 
@@ -212,17 +214,32 @@ class LaneOutlook:
             self.forecaster.observe(now_s, self.last_rate_rps)
             self._last = (now_s, live_total)
 
-    def due(self, now_s: float) -> bool:
-        return now_s - self.planned_s >= PLAN_EVERY_S
+    def due(self, now_s: float, num_open: int) -> bool:
+        """Every PLAN_EVERY_S, and at once when a batch opened or closed; every tick while an
+        open batch waits for its first measure (a compressed day's batch may be done within one
+        period)."""
+        waiting = self.plan.basis == NO_MEASURE or num_open != self._planned_open
+        return waiting or now_s - self.planned_s >= PLAN_EVERY_S
 
-    def replan(self, now_s: float, needs: Sequence[BatchNeed], model, max_cold: int) -> LanePlan:
+    def replan(
+        self,
+        now_s: float,
+        num_open: int,
+        needs: Sequence[BatchNeed],
+        model: ValleyModel | None,
+        max_cold: int,
+    ) -> LanePlan:
+        """`num_open` batches are in progress; `needs` are those that could be sized."""
+        self.planned_s, self._planned_open = now_s, num_open
+        if num_open and (model is None or len(needs) < num_open):
+            self.plan = LanePlan(0, "no batch throughput measured yet", {}, NO_MEASURE)
+            return self.plan
         bins = []
         if needs:
             bins = forecast_bins(
                 self.forecaster, now_s, num_bins_for(now_s, needs, plan_bin_s(self.forecaster))
             )
         self.plan = plan_lane(now_s, needs, bins, model, self.last_rate_rps, max_cold)
-        self.planned_s = now_s
         return self.plan
 
     def save(self, now_s: float, force: bool = False) -> None:

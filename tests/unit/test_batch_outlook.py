@@ -25,6 +25,8 @@ from serving.batch.outlook import (
 from serving.batch.scheduler import estimate_completion
 from tests.unit.test_batch_scheduler import DAY, MODEL
 
+CHAT = "/v1/chat/completions"
+
 H = 3600.0
 NIGHT_RATE = 0.5  # DAY: 6 h of night at 0.5 req/s, 12 h of day at 3.5, 6 h of night
 SHORT = 5e6  # more than the day's valleys hold (~4.3e6 tokens): a cold start is needed
@@ -168,3 +170,46 @@ def test_the_estimate_is_the_forecast_walk_not_the_pace():
     per_s = (1 - NIGHT_RATE / MODEL.replica_capacity_rps) * MODEL.batch_tokens_per_replica_s
     assert plan.estimates["batch_a"] == pytest.approx(1e5 / per_s)
     assert not math.isinf(plan.estimates["batch_a"])
+
+
+def test_the_ingress_lane_feeds_its_forecast_and_shows_a_forecast_estimate(tmp_path):
+    """LaneMixin's per-tick work on the runner's fake request path (no Serve): no estimate before
+    a line is answered, then one from the forecast; the ask is the plan's."""
+    import asyncio
+    import time
+
+    from serving.batch.config import BatchSection
+    from serving.batch.lane import LaneMixin
+    from serving.batch.store import BatchStore
+    from tests.unit.test_batch_runner import FakePath, runner_for, upload
+
+    store = BatchStore(tmp_path)
+    lane = LaneMixin()
+    lane.lane, lane.lane_outlook = runner_for(store, FakePath()), LaneOutlook(tmp_path)
+    lane.num_requests, lane._lane_opens, lane._lane_counts = 7, 0, {"hot": 1}
+    lane.lane_capacity_rps, lane.lane_cfg = 4.0, BatchSection()
+    lane._lane_outlook_tick()  # the ingress started before any batch: an idle plan
+    assert lane.lane_outlook.plan.reason == "no open batch"
+    batch_id = lane.lane.create(upload(store, 40), CHAT, "1h", None)["id"]
+    job = lane.lane.jobs[batch_id]
+
+    async def run() -> list[dict]:
+        views = []
+        for _ in range(4):
+            lane._lane_outlook_tick()
+            views.append(job.view(0.0, 0.0)["tideserve"])
+            await lane.lane.tick(time.monotonic())
+            for _ in range(5):
+                await asyncio.sleep(0)
+            # the fake path answers at once: the replica-seconds a real replica would have held
+            job.lane["replica_s"] = 0.1 * len(job.done)
+        return views
+
+    views = asyncio.run(run())
+    assert views[0]["estimated_completion_at"] is None
+    assert views[0]["estimate_basis"] == "no measure yet"
+    later = [v for v in views if v["estimated_completion_at"] is not None]
+    assert later and "forecast valleys of 1 replica(s)" in later[0]["estimate_basis"]
+    assert later[0]["estimated_completion_at"] <= job.batch["expires_at"]
+    assert lane.offline_cold_replicas_wanted() == lane.lane_outlook.plan.cold_replicas == 0
+    assert (tmp_path / FORECAST_FILE).exists()  # saved on the first tick
