@@ -94,15 +94,17 @@ async def _interactive(base: str, day: Day, start: float) -> list[tuple[str, Out
 
 
 async def _sample(app: str, day: Day, start: float, period_s: float) -> list[tuple[str, int, int]]:
-    """(phase, running sequences, concurrency limit) of the hot replica every period."""
+    """(phase, running sequences, concurrency limit) of the hot replica, at random times of mean
+    `period_s`: a fixed period can lock in phase with the lane's own poll (batch requests start
+    on its ticks) and see only the idle part of each cycle."""
     from ray import serve
 
     handle = serve.get_deployment_handle("hot", app)
-    out = []
+    rng, out = random.Random(day.seed + 1), []
     while (t := time.monotonic() - start) < day.day_s:
         info = await handle.info.remote()
         out.append((day.phase(t), info.running, info.live_requests))
-        await asyncio.sleep(period_s)
+        await asyncio.sleep(rng.expovariate(1.0 / period_s))
     return out
 
 
@@ -129,6 +131,7 @@ def _ttft(outcomes: list[tuple[str, Outcome]], phase: str | None = None) -> dict
         "num_ok": len(ok),
         "ttft_p50_s": percentile(ttfts, 50),
         "ttft_p99_s": percentile(ttfts, 99),
+        "ttft_samples_s": [round(x, 4) for x in ttfts],  # pooled across days by the benchmark
     }
 
 
@@ -148,8 +151,9 @@ async def run_day(base: str, app: str, day: Day, max_num_seqs: int, batch: dict 
             completion_window=f"{int(day.day_s)}s",  # type: ignore[arg-type]
         )
         batch_id = created.id
-    live, samples = await asyncio.gather(
-        _interactive(base, day, start), _sample(app, day, start, 0.25)
+    watch = _watch_estimates(client, batch_id, day, start) if batch_id else asyncio.sleep(0)
+    live, samples, estimates = await asyncio.gather(
+        _interactive(base, day, start), _sample(app, day, start, 0.25), watch
     )
     report = {
         "interactive": {
@@ -161,7 +165,31 @@ async def run_day(base: str, app: str, day: Day, max_num_seqs: int, batch: dict 
     }
     if batch_id:
         report["batch"] = await _finish(client, batch_id, day)
+        report["batch"]["estimates"] = estimates
     return report
+
+
+async def _watch_estimates(client, batch_id: str, day: Day, start: float) -> list[dict]:
+    """The batch's forecast-based completion estimate as the day goes (every 2 s while open)."""
+    seen = []
+    while time.monotonic() - start < day.day_s:
+        got = await client.batches.retrieve(batch_id)
+        if got.status != "in_progress":
+            break
+        extra = got.model_extra.get("tideserve") or {}
+        eta = extra.get("estimated_completion_at")
+        seen.append(
+            {
+                "t_s": round(time.time() - got.created_at, 1),
+                "progress": extra.get("progress"),
+                "estimated_completion_in_s": None
+                if eta is None
+                else round(eta - got.created_at, 1),
+                "basis": extra.get("estimate_basis"),
+            }
+        )
+        await asyncio.sleep(2.0)
+    return seen
 
 
 async def _finish(client, batch_id: str, day: Day) -> dict:

@@ -53,6 +53,10 @@ def format_table(listing: dict) -> str:
             f"{lane.get('idle_capacity_used_replica_s', 0.0):.1f} replica-s; "
             f"store {lane.get('store_path', '-')}"
         )
+        lines.append(
+            f"cold pool: {lane.get('cold_replicas_asked', 0)} replica(s) asked "
+            f"({lane.get('cold_reason', '-')})"
+        )
     return "\n".join(lines) + "\n"
 
 

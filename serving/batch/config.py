@@ -39,6 +39,10 @@ class BatchSection:
     # After a replica refuses offline work (KV not idle, queue full), wait this long before
     # sending more: the refusal says live traffic holds the capacity.
     refusal_backoff_s: float = 2.0
+    # Cold replicas the lane may ask for, off-peak only, when the forecast valleys cannot finish
+    # the open batches by their deadlines (docs/batch.md); the cold pool's own bounds still
+    # apply. 0: the lane never asks.
+    max_cold_replicas: int = 2
 
     def __post_init__(self) -> None:
         o = self._owner
@@ -53,3 +57,4 @@ class BatchSection:
         check_range(o, "slot_share", self.slot_share, 0.0, 1.0, lo_open=True)
         _seconds(o, "poll_interval_s", self.poll_interval_s, 0.01, 60.0)
         _seconds(o, "refusal_backoff_s", self.refusal_backoff_s, 0.0, 600.0)
+        check_range(o, "max_cold_replicas", self.max_cold_replicas, 0, 1024, integer=True)

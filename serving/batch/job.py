@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from serving.batch import jobs
 from serving.batch.store import BatchStore
 
-PACE_WINDOW = 32  # recent completions the pace estimate looks at
-
 
 @dataclass
 class Job:
@@ -24,7 +22,6 @@ class Job:
     done: dict[int, dict]
     pending: deque[int] = field(default_factory=deque)
     in_flight: dict[int, asyncio.Task] = field(default_factory=dict)
-    recent: deque[float] = field(default_factory=lambda: deque(maxlen=PACE_WINDOW))
 
     @property
     def batch(self) -> dict:
@@ -68,7 +65,6 @@ class Job:
             return
         store.append_result(self.batch["id"], entry)
         self.done[index] = entry
-        self.recent.append(now_s)
         self.refresh_counts()
 
     def finished(self) -> bool:
@@ -79,17 +75,17 @@ class Job:
         counts = self.batch["request_counts"]
         done = counts["completed"] + counts["failed"]
         usage = self.batch.get("usage") or {}
-        eta = None
-        if self.batch["status"] == "in_progress" and len(self.recent) >= 2:
-            span = max(self.recent[-1] - self.recent[0], 1e-9)
-            per_s = (len(self.recent) - 1) / span
-            eta = wall_s + (counts["total"] - done) / per_s if per_s > 0 else None
+        # Set by the lane's outlook (serving/batch/outlook.py): the forecast's valleys, not pace.
+        estimate = self.lane.get("estimate") or {}
+        open_ = self.batch["status"] == "in_progress"
+        eta = estimate.get("completion_at") if open_ else None
         extra = {
             "progress": done / counts["total"] if counts["total"] else 1.0,
             "in_flight": len(self.in_flight),
             "tokens_done": usage.get("total_tokens", 0),
             "idle_capacity_used_replica_s": round(self.lane.get("replica_s", 0.0), 3),
             "estimated_completion_at": None if eta is None else round(eta, 1),
+            "estimate_basis": estimate.get("basis", "") if open_ else "",
             "lane_reason": self.lane.get("reason", ""),
         }
         return {**self.batch, "tideserve": extra}

@@ -17,6 +17,7 @@ from serving.api import openai as p
 from serving.api.errors import check_model_name
 from serving.api.http import validate
 from serving.batch import jobs
+from serving.batch.outlook import LaneOutlook, batch_needs, plan_bin_s, valley_model
 from serving.batch.runner import BatchRunner
 from serving.batch.scheduler import LaneView
 from serving.batch.store import BatchStore
@@ -47,6 +48,7 @@ class LaneMixin:
             jobs.GENERATE_ENDPOINTS,
             self.model_name,
         )
+        self.lane_outlook = LaneOutlook(self.lane.store.root)  # the lane's own forecast
         self._lane_task: asyncio.Task | None = None
         self._lane_opens = 0  # requests the lane opened (n per line), to tell live ones apart
         self._lane_last = (time.monotonic(), 0)  # (when, live requests counted) at the last view
@@ -59,13 +61,42 @@ class LaneMixin:
 
     def ensure_lane_running(self) -> None:
         if self._lane_task is None or self._lane_task.done():
-            self._lane_task = asyncio.get_running_loop().create_task(self.lane.run())
+            loop = asyncio.get_running_loop()
+            self._lane_task = loop.create_task(self.lane.run(self._lane_outlook_tick))
 
     def offline_cold_replicas_wanted(self) -> int:
         """Cold replicas the batch lane asks for now: 0 at peak, and 0 while the forecast
-        valleys hold the open batches' remaining work. The cold pool's scaling reads this and
-        keeps at least that many cold replicas (within the pool's bounds)."""
-        return 0
+        valleys hold the open batches' remaining work (serving/batch/outlook.py). The cold
+        pool's scaling reads this and keeps at least that many cold replicas (within the
+        pool's bounds)."""
+        return self.lane_outlook.plan.cold_replicas
+
+    def _lane_outlook_tick(self) -> None:
+        """Every lane tick: feed the forecast the live arrivals (the lane's own excluded); every
+        PLAN_EVERY_S, the cold-pool ask and each open batch's completion estimate."""
+        now, outlook = time.time(), self.lane_outlook
+        outlook.count(now, self.num_requests - self._lane_opens)
+        live = [j for j in self.lane.jobs.values() if j.batch["status"] == "in_progress"]
+        if outlook.due(now, len(live)):
+            # Hot only: cold replicas the lane asked for must not shrink its own ask. Before the
+            # first count from the controller (the lane's first tick), hot has >= 1 replica.
+            hot = self._lane_counts.get("hot", 1)
+            model = valley_model(
+                self.lane.jobs.values(),
+                plan_bin_s(outlook.forecaster),
+                hot,
+                self.lane_capacity_rps,
+                self.lane_cfg.slot_share,
+            )
+            needs, max_cold = batch_needs(live), self.lane_cfg.max_cold_replicas
+            plan = outlook.replan(now, len(live), needs, model, max_cold)
+            for job in live:
+                at = plan.estimates.get(job.batch["id"])
+                job.lane["estimate"] = {
+                    "completion_at": None if at is None else round(at, 1),
+                    "basis": plan.basis or plan.reason,
+                }
+        outlook.save(now)
 
     def lane_summary(self) -> dict:
         last, view = self.lane.last, self.lane.last_view
@@ -75,6 +106,9 @@ class LaneMixin:
             "kv_use_fraction": view.kv_use_fraction if view else None,
             "live_rate_rps": view.live_rate_rps if view else None,
             "idle_capacity_used_replica_s": round(self.lane.replica_s_total, 3),
+            "cold_replicas_asked": self.lane_outlook.plan.cold_replicas,
+            "cold_reason": self.lane_outlook.plan.reason,
+            "live_rate_forecast_basis": self.lane_outlook.forecaster.predict(time.time(), 0).basis,
             "store_path": str(self.lane.store.root),
         }
 

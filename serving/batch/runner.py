@@ -4,6 +4,8 @@ Every `poll_interval_s` it observes the replicas (`observe`, a coroutine the ing
 asks scheduler.decide_lane how many batch requests may be in flight, cancels the ones live
 traffic needs back, and starts pending lines (earliest deadline first) in the offline tier via
 `execute` (the ingress's own request path: the same validation, tiers and replicas as HTTP).
+Between two decisions, a batch request that ends is replaced at once within the last decision's
+room (when it let new requests start), so short requests do not leave slots idle for a poll.
 A refusal (429/503) puts a line back and backs the lane off; any other 4xx is the line's answer.
 """
 
@@ -125,9 +127,12 @@ class BatchRunner:
         return job.view(time.monotonic(), time.time())
 
     # ----- the loop ------------------------------------------------------------------------------
-    async def run(self) -> None:
+    async def run(self, every_tick: Callable[[], None] | None = None) -> None:
+        """`every_tick`: the ingress's own per-tick work (the lane's forecast), batches or not."""
         while True:
             try:
+                if every_tick is not None:
+                    every_tick()
                 await self.tick(time.monotonic())
             except Exception:  # a failed poll must not end the lane; the next tick retries
                 log.exception("batch lane tick failed")
@@ -185,12 +190,29 @@ class BatchRunner:
 
     async def _run_line(self, job: Job, line: jobs.BatchLine) -> None:
         started_s = time.monotonic()
+        answered = False
         try:
-            await self._answer_line(job, line)
+            answered = await self._answer_line(job, line)
         finally:
             self._account(job, started_s)
+        if answered:  # not after a cancel (the slot went to live traffic) nor a refusal
+            self._refill()
 
-    async def _answer_line(self, job: Job, line: jobs.BatchLine) -> None:
+    def _refill(self) -> None:
+        """A batch request ended: start the next one now, within the last decision's room, if
+        that decision let new ones start and no replica refused offline work since."""
+        decision, now = self.last, time.monotonic()
+        if decision is None or not decision.may_start:
+            return
+        since = None if self.last_refusal_s is None else now - self.last_refusal_s
+        if since is not None and since < self.cfg.refusal_backoff_s:
+            return
+        open_jobs = [j for j in self._open_jobs() if j.batch["status"] == "in_progress"]
+        in_flight = sum(len(j.in_flight) for j in open_jobs)
+        self._launch(open_jobs, decision.max_in_flight - in_flight)
+
+    async def _answer_line(self, job: Job, line: jobs.BatchLine) -> bool:
+        """True: the line has its answer; False: it went back to pending."""
         try:
             body = await self.execute(job.batch["endpoint"], line.body)
             entry = jobs.result_entry(line, 200, body)
@@ -202,14 +224,15 @@ class BatchRunner:
         except ApiError as err:
             if err.status in REFUSED:
                 self._requeue(job, line, f"{err.status}: {err.message}")
-                return
+                return False
             entry = jobs.result_entry(line, err.status, err.body())
         except Exception as err:  # a replica died mid-generation: not the request's fault
             self._requeue(job, line, type(err).__name__)
-            return
+            return False
         # No await from here: a cancel cannot land between the journal write and the count.
         job.in_flight.pop(line.index, None)
         job.record_answer(self.store, entry, time.monotonic())
+        return True
 
     def _requeue(self, job: Job, line: jobs.BatchLine, why: str) -> None:
         job.in_flight.pop(line.index, None)

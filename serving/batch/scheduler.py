@@ -43,6 +43,10 @@ class LaneDecision:
     max_in_flight: int  # batch requests that may be in flight after this decision
     num_to_cancel: int  # running batch requests to cancel now (live traffic took the room)
     reason: str
+    # New batch requests may start until the next decision: the runner then refills a slot as
+    # soon as a batch request ends, not a poll later (a short request would leave its slot idle
+    # for most of each poll interval).
+    may_start: bool = False
 
 
 def live_room(view: LaneView, slot_share: float, max_in_flight: int) -> int:
@@ -77,7 +81,7 @@ def decide_lane(
         return LaneDecision(
             view.batch_in_flight, 0, f"a replica refused offline work {since:.1f} s ago"
         )
-    return LaneDecision(room, 0, f"idle capacity for {room} batch requests")
+    return LaneDecision(room, 0, f"idle capacity for {room} batch requests", may_start=True)
 
 
 @dataclass(frozen=True, slots=True)

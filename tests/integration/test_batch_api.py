@@ -81,8 +81,8 @@ def cli_rows() -> dict[str, list[str]]:
         assert main(["batches", "--url", f"http://127.0.0.1:{PORT}"]) == 0
     lines = out.getvalue().splitlines()
     assert lines[0].split()[:3] == ["id", "status", "done/total"]
-    assert lines[-1].startswith("lane: ")
-    return {row.split()[0]: row.split()[1:] for row in lines[1:-1]}
+    assert lines[-2].startswith("lane: ") and lines[-1].startswith("cold pool: ")
+    return {row.split()[0]: row.split()[1:] for row in lines[1:-2]}
 
 
 def outputs(client, file_id: str) -> list[dict]:

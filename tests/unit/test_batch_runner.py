@@ -97,6 +97,37 @@ def test_a_batch_completes_with_every_line_once(tmp_path):
     asyncio.run(go())
 
 
+def test_an_ended_request_is_replaced_at_once_within_the_decisions_room(tmp_path):
+    async def go():
+        store, path = BatchStore(tmp_path), FakePath()
+        runner = runner_for(store, path)  # max_in_flight 4
+        batch_id = runner.create(upload(store, 10), CHAT, "24h", None)["id"]
+        await runner.tick(0.0)  # ONE decision: room for 4
+        for _ in range(40):
+            await asyncio.sleep(0)
+            assert len(runner.get(batch_id).in_flight) <= 4
+        assert len(runner.get(batch_id).done) == 10  # refilled without waiting for a tick
+
+    asyncio.run(go())
+
+
+def test_no_refill_after_a_refusal_or_when_the_decision_lets_none_start(tmp_path):
+    async def go():
+        store, path = BatchStore(tmp_path), FakePath()
+        path.refuse_once = {0}
+        runner = runner_for(store, path, refusal_backoff_s=5.0)
+        batch_id = runner.create(upload(store, 10), CHAT, "24h", None)["id"]
+        await runner.tick(0.0)
+        for _ in range(40):
+            await asyncio.sleep(0)
+        # line 0 was refused: the refill stops for the backoff; lines 1-3 of the first launch
+        # were answered before it, the rest waits for a decision
+        assert len(runner.get(batch_id).done) < 10
+        assert 0 in runner.get(batch_id).pending
+
+    asyncio.run(go())
+
+
 def test_restart_mid_batch_resumes_and_answers_each_line_once(tmp_path):
     async def go():
         store, path = BatchStore(tmp_path), FakePath()

@@ -135,10 +135,16 @@ def test_batches_cli_table():
                 },
             }
         ],
-        "tideserve": {"lane_reason": "idle capacity for 4 batch requests", "store_path": "/s"},
+        "tideserve": {
+            "lane_reason": "idle capacity for 4 batch requests",
+            "store_path": "/s",
+            "cold_replicas_asked": 1,
+            "cold_reason": "off-peak now",
+        },
     }
     text = format_table(listing)
-    header, row, lane = text.splitlines()
+    header, row, lane, cold = text.splitlines()
+    assert cold == "cold pool: 1 replica(s) asked (off-peak now)"
     assert header.split() == ["id", "status", "done/total", "failed", "tokens", "idle_rep_s",
                               "eta_utc", "window"]  # fmt: skip
     assert row.split() == ["batch_1", "in_progress", "4/10", "1", "120", "2.5", "00:00:00", "24h"]
@@ -161,4 +167,4 @@ def test_batches_cli_prints_the_table_of_the_listing(monkeypatch, capsys):
     assert main(["batches", "--url", "http://h:1/"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert seen["url"] == "http://h:1/v1/batches"
-    assert lines[0].split()[0] == "id" and lines[-1].startswith("lane: idle")
+    assert lines[0].split()[0] == "id" and lines[-2].startswith("lane: idle")
