@@ -51,6 +51,10 @@ class EngineConfig:
     max_model_len: int | None = None
     # Offline work only runs on idle capacity: admitted while KV use is below this fraction.
     offline_idle_fraction: float = 0.5
+    # Offline tokens (decode rows + prefill chunk) one step may carry while interactive requests
+    # arrived recently: an interactive request arriving mid-step waits for at most such a step
+    # (tier isolation of TTFT). null: no cap (offline steps as large as max_num_batched_tokens).
+    offline_step_tokens: int | None = 8
     # on_demand keeps this share of blocks free at admission so running decodes can grow.
     on_demand_free_fraction: float = 0.02
     # Default queue deadline for requests that name none (None: wait as long as it takes).
@@ -100,6 +104,10 @@ class EngineConfig:
         if self.max_model_len is not None:
             check_range(_OWNER, "max_model_len", self.max_model_len, 1, None, integer=True)
         check_range(_OWNER, "offline_idle_fraction", self.offline_idle_fraction, 0.0, 1.0)
+        if self.offline_step_tokens is not None:
+            check_range(
+                _OWNER, "offline_step_tokens", self.offline_step_tokens, 2, None, integer=True
+            )
         check_range(_OWNER, "on_demand_free_fraction", self.on_demand_free_fraction, 0.0, 0.5)
         if self.max_queue_wait_s is not None:
             check_range(_OWNER, "max_queue_wait_s", self.max_queue_wait_s, 0.0, None, lo_open=True)

@@ -78,6 +78,12 @@ def _with_text(st: _Stream, item: StreamDelta) -> StreamDelta:
     return dataclasses.replace(item, text=st.detok.step(ids, item.finished))
 
 
+def _timed(engine: LLMEngine) -> tuple[list[Sequence], float, float]:
+    started_s = time.perf_counter()
+    touched = engine.step()
+    return touched, started_s, time.perf_counter()
+
+
 class AsyncDriver:
     def __init__(self, engine: LLMEngine) -> None:
         self.engine = engine
@@ -112,14 +118,23 @@ class AsyncDriver:
 
     async def _run(self) -> None:
         engine, loop = self.engine, asyncio.get_running_loop()
+        ended_s = None  # when the last step ended, while the engine stays busy
         try:
             while True:
                 if not engine.has_unfinished():
+                    ended_s = None
                     self._wake.clear()
                     if not engine.has_unfinished():  # re-check: a request may have just arrived
                         await self._wake.wait()
                     continue
-                touched = await loop.run_in_executor(self._executor, engine.step)
+                touched, started_s, end_s = await loop.run_in_executor(
+                    self._executor, _timed, engine
+                )
+                if ended_s is not None:
+                    # Time between two busy steps (the hand-offs to and from the event loop and
+                    # its other work meanwhile): step_s misses it, a TTFT prediction must not.
+                    engine.loop_gaps_s.append(started_s - ended_s)
+                ended_s = end_s
                 self._dispatch(touched)
         except asyncio.CancelledError:
             raise

@@ -95,6 +95,7 @@ class LLMEngine:
         self._ids = itertools.count()
         self.tracker = StatsTracker()
         self.step_log: deque[StepTiming] = deque(maxlen=8192)
+        self.loop_gaps_s: deque[float] = deque(maxlen=128)  # between busy steps (driver.py)
         self.num_arrivals = 0  # requests taken from the inbox, ever
         # Called after every step as observer.on_step(engine, now, step_s, batch, touched), on
         # the stepping thread (the concurrency tuner's window: serving/engine/tuning.py).

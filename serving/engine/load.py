@@ -4,7 +4,10 @@ What admission (serving/llm/admission.py) predicts a new request's time to first
 
   step cost    step_s = step_fixed_s + step_per_token_s x tokens, least squares over the engine's
                last RECENT_STEPS steps (its own measurements, on the hardware it runs on now:
-               contention from neighbours shows up as slower steps)
+               contention from neighbours shows up as slower steps), plus the mean gap between
+               two busy steps in the fixed part: the hand-offs between the stepping thread and
+               the event loop, and whatever that loop serves meanwhile (refusals, streams),
+               grow with load and are time no step measures (serving/engine/driver.py)
   slots        the concurrency limit after the KV watermark slide (R8)
   running      the tokens each running sequence is still expected to generate
   waiting      per tier: how many wait, their mean prompt and expected output tokens
@@ -82,6 +85,8 @@ def load_snapshot(engine, now: float, slots: int) -> LoadSnapshot:
     engine.stats() does."""
     steps = list(engine.step_log)[-RECENT_STEPS:]
     fixed_s, per_token_s = fit_line([s.num_tokens for s in steps], [s.step_s for s in steps])
+    gaps = list(engine.loop_gaps_s)
+    fixed_s += sum(gaps) / len(gaps) if gaps else 0.0
     typical = engine.tracker.typical_output_tokens()
     remaining = []
     for seq in list(engine.scheduler.running):

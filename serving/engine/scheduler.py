@@ -14,6 +14,12 @@ now, the step leaves offline work out (its decodes wait one step, holding their 
 first token is then not computed beside a batch of offline decodes (tier isolation of TTFT). An
 interactive head that cannot be admitted holds nothing back, so offline work that holds the KV
 it waits for still runs and frees it.
+While interactive requests arrived within the last INTERACTIVE_RECENT_S, offline work in one
+step is capped at `offline_step_tokens` (decode rows + prefill chunks; at most half of it in
+running offline sequences, so the other half still moves prompts): an interactive request that
+arrives mid-step waits for the rest of that step, and a 512-token offline prefill chunk would
+make that wait longer than the request's own prefill. With no interactive traffic in that
+window (a night of batch work) offline steps are as large as the budget allows.
 One sequence's chunk never exceeds the ledger's `chunk_tokens`, the largest chunk its
 sliding-window reservations assume, even if the step budget is raised later.
 """
@@ -27,6 +33,10 @@ from serving.engine.config import EngineConfig
 from serving.engine.kv_blocks import Refused
 from serving.engine.ledger import KVLedger, concurrency_limit
 from serving.engine.sequence import SeqStatus, Sequence, Tier
+
+# How long after an interactive arrival offline steps stay capped: interactive traffic comes in
+# sessions, and the first request after a quiet minute may still meet one full offline step.
+INTERACTIVE_RECENT_S = 60.0
 
 
 @dataclass(slots=True)
@@ -57,6 +67,8 @@ class Scheduler:
         self.waiting: dict[Tier, deque[Sequence]] = {t: deque() for t in Tier}
         self.running: list[Sequence] = []
         self._hold_offline = False  # this step leaves offline work out (_interactive_first)
+        self._last_interactive_s: float | None = None  # arrival of the latest interactive request
+        self._offline_left: int | None = None  # offline tokens this step may still take
         # Why the last admission pass stopped: "empty" | "ceiling" | "kv" | "budget" |
         # "offline". The concurrency tuner (serving/engine/tuning.py) counts which limit binds.
         self.stop_reason = "empty"
@@ -64,6 +76,8 @@ class Scheduler:
     # ----- bookkeeping -------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
         self.waiting[seq.tier].append(seq)
+        if seq.tier is Tier.INTERACTIVE:
+            self._last_interactive_s = max(seq.arrival_s, self._last_interactive_s or seq.arrival_s)
 
     def num_waiting(self, tier: Tier | None = None) -> int:
         if tier is None:
@@ -101,6 +115,7 @@ class Scheduler:
         batch.timed_out = self._expire(now)
         budget = self.config.max_num_batched_tokens
         self._hold_offline = self._interactive_first()
+        self._offline_left = self._offline_step_cap(now)
         running = [s for s in self.running if not (self._hold_offline and s.tier is Tier.OFFLINE)]
         decoding = [s for s in running if s.num_uncomputed_tokens == 1]
         prefilling = [s for s in running if s.num_uncomputed_tokens > 1]
@@ -109,18 +124,25 @@ class Scheduler:
         for seq in decoding:
             if budget == 0:
                 break
+            if self._offline_tokens(seq, 1) == 0:
+                continue  # the step's offline share is spent: it decodes next step
             if seq.status is SeqStatus.RUNNING and self._grow_or_preempt(seq, 1, batch, decodes):
                 decodes.append(seq)
                 budget -= 1
+                self._take_offline(seq, 1)
         for seq in prefilling:
             chunk = min(seq.num_uncomputed_tokens, budget, self.ledger.chunk_tokens)
             if chunk == 0:
                 break
-            if seq.status is SeqStatus.RUNNING and self._grow_or_preempt(
-                seq, chunk, batch, decodes
+            chunk = self._offline_tokens(seq, chunk)
+            if (
+                chunk
+                and seq.status is SeqStatus.RUNNING
+                and self._grow_or_preempt(seq, chunk, batch, decodes)
             ):
                 chunks.append((seq, chunk))
                 budget -= chunk
+                self._take_offline(seq, chunk)
         chunks = [(s, n) for s, n in chunks if s.status is SeqStatus.RUNNING]
         budget = self._admit(now, budget, batch, chunks)
         batch.seqs = decodes + [s for s, _ in chunks]
@@ -138,6 +160,23 @@ class Scheduler:
             cfg.kv_low_watermark,
             cfg.kv_high_watermark,
         )
+
+    def _offline_step_cap(self, now: float) -> int | None:
+        """Offline tokens this step may carry; None: no cap (no recent interactive arrival)."""
+        cap, last = self.config.offline_step_tokens, self._last_interactive_s
+        if cap is None or last is None or now - last > INTERACTIVE_RECENT_S:
+            return None
+        return cap
+
+    def _offline_tokens(self, seq: Sequence, tokens: int) -> int:
+        """How many of `tokens` the step may schedule for `seq` under the offline cap."""
+        if seq.tier is not Tier.OFFLINE or self._offline_left is None:
+            return tokens
+        return min(tokens, self._offline_left)
+
+    def _take_offline(self, seq: Sequence, tokens: int) -> None:
+        if seq.tier is Tier.OFFLINE and self._offline_left is not None:
+            self._offline_left -= tokens
 
     def _interactive_first(self) -> bool:
         """An interactive prompt is prefilling, or the interactive head can be admitted now."""
@@ -192,6 +231,10 @@ class Scheduler:
                     return budget
                 seq = queue[0]
                 chunk = min(seq.num_uncomputed_tokens, budget, self.ledger.chunk_tokens)
+                chunk = self._offline_tokens(seq, chunk)
+                if chunk == 0:
+                    self.stop_reason = "offline"
+                    return budget
                 if not self.ledger.can_admit(seq, chunk):
                     self.stop_reason = "kv"
                     return budget  # the head waits; lower tiers may not overtake it
@@ -207,6 +250,7 @@ class Scheduler:
                 self.running.append(seq)
                 chunks.append((seq, chunk))
                 budget -= chunk
+                self._take_offline(seq, chunk)
             if queue:  # the loop ended on the token budget
                 self.stop_reason = "budget"
                 return budget
@@ -218,7 +262,10 @@ class Scheduler:
     def _offline_cap(self, limit: int) -> int:
         """Offline's share of the window: a flood of night jobs cannot take every slot, so an
         interactive request finds one free instead of waiting for a long offline job to end."""
-        return int(self.config.offline_idle_fraction * limit)
+        share = int(self.config.offline_idle_fraction * limit)
+        if self._offline_left is None:
+            return share
+        return min(share, max(1, self.config.offline_step_tokens // 2))
 
     # ----- preemption (on_demand only) -----------------------------------------------------
     def _grow_or_preempt(

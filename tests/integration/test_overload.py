@@ -80,9 +80,11 @@ def test_offline_flood_is_refused_and_interactive_is_served_or_told_when_to_retr
     interactive = report["loaded"]["interactive"]
     # What holds under a 10x offline flood on 2 shared cores: interactive requests are answered
     # (200) or refused with 429 + Retry-After, never a 5xx or an unbounded wait. The SLO itself is
-    # NOT held here: admitted interactive TTFT p99 measured 2.0-3.7 s against 1.0 s, with 40-73%
-    # of them refused (the predicted-TTFT admission refuses what the busy slot would delay); the
-    # target is open and measured by benchmarks/hardening.py. The bound below catches a queue.
+    # NOT held here: admitted interactive TTFT p99 measured 2.0-3.7 s against 1.0 s, with 36-73%
+    # of them refused: the flood's refusals take the proxy's and the ingress's share of the same
+    # 2 cores (in the engine alone the offline step cap holds interactive TTFT p50 at 1.25x of
+    # unloaded: benchmarks/engine_isolation.py); the target is open and measured by
+    # benchmarks/hardening.py. The bound below catches a queue.
     assert set(interactive["statuses"]) <= {"200", "429"}, interactive
     assert interactive["statuses"].get("200", 0) > 0, interactive
     assert interactive["retry_after_missing"] == 0

@@ -42,3 +42,33 @@ def test_snapshot_holds_running_remaining_waiting_per_tier_and_measured_step_cos
     analytical = predict_ttft(snap, "analytical", 3, clock())
     offline = predict_ttft(snap, "offline", 3, clock())
     assert 0 < interactive.wait_s == analytical.wait_s < offline.wait_s
+
+
+def test_time_between_busy_steps_counts_in_the_step_cost(engine, clock):
+    """What the event loop takes between two steps (refusals, streams to relay) is time the
+    queue waits too: the snapshot's fixed step cost includes the mean gap."""
+    params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+    engine.generate([[5, 6, 7]], params)
+    quiet = load_snapshot(engine, clock(), 2)
+    engine.loop_gaps_s.extend([0.02, 0.04])
+    busy = load_snapshot(engine, clock(), 2)
+    assert busy.step_fixed_s == pytest.approx(quiet.step_fixed_s + 0.03)
+    assert busy.step_per_token_s == quiet.step_per_token_s
+
+
+def test_the_driver_records_gaps_only_between_busy_steps(engine):
+    import asyncio
+
+    params = SamplingParams(max_tokens=5, temperature=0, ignore_eos=True)
+
+    async def run() -> None:
+        async for _ in engine.stream([5, 6, 7], params):
+            pass
+        await asyncio.sleep(0.05)  # idle: no gap recorded across it
+        async for _ in engine.stream([5, 6], params):
+            pass
+
+    asyncio.run(run())
+    # 5 busy steps per request: 4 gaps each, none for the idle time between the requests
+    assert len(engine.loop_gaps_s) == 8
+    assert all(0 <= g < 0.05 for g in engine.loop_gaps_s)

@@ -235,3 +235,36 @@ def test_a_chunk_never_exceeds_what_window_reservations_assume():
     chunks = [step(s).num_new_tokens[0] for _ in range(5)]
     assert chunks == [8, 8, 8, 8, 8]
     assert pool.num_live_blocks("a") <= s.ledger.reservation_for(s.running[0])
+
+
+def _offline_tokens(batch) -> int:
+    rows = zip(batch.seqs, batch.num_new_tokens, strict=True)
+    return sum(n for q, n in rows if q.tier is Tier.OFFLINE)
+
+
+def test_offline_steps_are_capped_while_interactive_requests_arrive():
+    s = make(num_blocks=256, max_num_seqs=32, min_num_seqs=32, offline_step_tokens=8)
+    s.add(req("user", prompt_len=4, max_tokens=1, arrival=NOW - 1.0))
+    for i in range(10):
+        s.add(req(f"night{i}", prompt_len=16, tier=Tier.OFFLINE, max_tokens=20, arrival=NOW))
+    batches = [step(s, now=NOW + k) for k in range(12)]
+    assert all(_offline_tokens(b) <= 8 for b in batches), [_offline_tokens(b) for b in batches]
+    running = [q for q in s.running if q.tier is Tier.OFFLINE]
+    assert 0 < len(running) <= 4  # half the cap in running sequences, half for prompts
+    assert any(q.num_output_tokens > 0 for q in running)  # prompts still move
+
+
+def test_offline_steps_are_not_capped_without_recent_interactive_traffic():
+    s = make(num_blocks=256, max_num_seqs=32, min_num_seqs=32, offline_step_tokens=8)
+    s.add(req("user", prompt_len=4, max_tokens=1, arrival=NOW - 61.0))
+    for i in range(10):
+        s.add(req(f"night{i}", prompt_len=16, tier=Tier.OFFLINE, max_tokens=20, arrival=NOW))
+    step(s)  # the old interactive request
+    assert _offline_tokens(step(s)) > 8
+
+
+def test_the_offline_cap_leaves_interactive_work_alone():
+    s = make(num_blocks=256, max_num_seqs=32, min_num_seqs=32, offline_step_tokens=8)
+    for i in range(3):
+        s.add(req(f"user{i}", prompt_len=20, max_tokens=5, arrival=NOW))
+    assert sum(step(s).num_new_tokens) == 60  # every interactive prompt in one step
