@@ -28,17 +28,12 @@ from typing import Any
 import ray
 
 from autoscaling import step
-from autoscaling.cold_start import ColdStartTracker
-from autoscaling.forecast import Forecaster
-from autoscaling.headroom import HeadroomLearner
 from autoscaling.history_store import (
-    History,
     decision_record,
     default_history_path,
-    load_history,
-    save_history,
 )
-from autoscaling.policy import PolicyConfig, PolicyState
+from autoscaling.memory import ScalerMemory, anchor_clock
+from autoscaling.policy import PolicyConfig
 from autoscaling.reporter import CONTROLLER_NAMESPACE, controller_name
 from autoscaling.serve_io import (
     ServeScaler,
@@ -69,12 +64,12 @@ class ForecastController:
         ctl = self.cfg.controller
         self.app = ctl.app_name
         self.policy_cfg = PolicyConfig.from_app_config(self.cfg)
-        self.clock: ModelClock | None = None  # set once the app serves (_anchor_clock)
+        self.clock: ModelClock | None = None  # set once the app serves (memory.anchor_clock)
         self.history_path = ctl.history_path or default_history_path(self.app)
         self.lock = threading.Lock()
         self.book = ReportBook()
         self.rate = RateMeter()
-        self._restore()
+        self.memory = ScalerMemory.load(self.history_path)
         self.scaler = ServeScaler(self.app, dashboard_url)
         self.applied: dict[str, int] = {}  # deployment -> target we set (or found at start)
         self.last: dict[str, Any] = {"state": "starting"}
@@ -86,49 +81,9 @@ class ForecastController:
         self._thread.start()
 
     # ----- persistence -----------------------------------------------------------------------
-    def _restore(self) -> None:
-        try:
-            history = load_history(self.history_path)
-        except ValueError as err:  # unreadable: start fresh, but say so
-            log.warning("ignoring controller history: %s", err)
-            history = None
-        self.history = history or History()
-        self.forecaster = (
-            Forecaster.from_dict(self.history.forecaster)
-            if self.history.forecaster
-            else Forecaster()
-        )
-        self.learner = (
-            HeadroomLearner.from_dict(self.history.headroom)
-            if self.history.headroom
-            else HeadroomLearner()
-        )
-        self.tracker = ColdStartTracker(self.history.cold_start_samples_s)
-        self.state = (
-            PolicyState.from_dict(self.history.policy_state)
-            if self.history.policy_state
-            else PolicyState.initial()
-        )
-        self.restored = history is not None
-
     def _save(self, model_now: float) -> None:
-        self.history.forecaster = self.forecaster.to_dict()
-        self.history.headroom = self.learner.to_dict()
-        self.history.cold_start_samples_s = list(self.tracker.samples_s)
-        self.history.policy_state = self.state.to_dict()
-        self.history.saved_at_s = model_now
-        save_history(self.history_path, self.history)
+        self.memory.save(self.history_path, model_now)
         self._saved_wall = time.time()
-
-    def _anchor_clock(self, wall: float) -> ModelClock:
-        """Model time starts when the app first serves, so a slow deploy does not eat into a
-        compressed day. A restart resumes a compressed clock where the history left it."""
-        ctl = self.cfg.controller
-        start = wall if ctl.clock_start_s is None else ctl.clock_start_s
-        saved = self.history.saved_at_s
-        if ctl.clock_start_s is not None and saved is not None and saved > start:
-            start = saved
-        return ModelClock(start_s=start, wall0_s=wall, time_scale=ctl.time_scale)
 
     # ----- the loop ---------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -140,14 +95,14 @@ class ForecastController:
                 if wall >= next_tick:
                     next_tick = wall + self.cfg.controller.interval_s
                     self._tick(wall)
-                elif self.tracker.num_pending:
+                elif self.memory.tracker.num_pending:
                     self._poll_cold_starts(wall)
             except Exception as err:  # keep scaling next tick; the error shows in status()
                 log.exception("controller tick failed")
                 with self.lock:
                     self.errors = [*self.errors[-4:], f"{type(err).__name__}: {err}"[:300]]
             pause = next_tick - time.time()
-            if self.tracker.num_pending:
+            if self.memory.tracker.num_pending:
                 pause = min(pause, PENDING_POLL_S)
             self._stop.wait(max(pause, 0.05))
 
@@ -156,7 +111,7 @@ class ForecastController:
         if counts is None or "cold" not in counts:
             return counts
         with self.lock:  # status() reads the samples from the actor's thread
-            done = self.tracker.observe_running(counts["cold"].running, wall)
+            done = self.memory.tracker.observe_running(counts["cold"].running, wall)
         for sample in done:
             log.info("cold replica ready %.1f s after it was requested", sample)
         return counts
@@ -170,14 +125,16 @@ class ForecastController:
         if self.clock is None:
             if counts["hot"].running < 1:
                 return  # still deploying
-            self.clock = self._anchor_clock(wall)
+            ctl = self.cfg.controller
+            saved = self.memory.history.saved_at_s
+            self.clock = anchor_clock(ctl.clock_start_s, ctl.time_scale, saved, wall)
         for dep in ("hot", "cold"):
             self.applied.setdefault(dep, counts[dep].live)
         model_now = self.clock.now(wall)
         rate = self.rate.update(ingress_request_count(self.app), wall)
         with self.lock:
             signals = self.book.signals(wall, REPORT_MAX_AGE_S)
-        p95_wall = self.tracker.p95_s()
+        p95_wall = self.memory.tracker.p95_s()
         seen = step.Observed(
             rate_rps=rate,
             hot_ready=counts["hot"].running,
@@ -188,8 +145,13 @@ class ForecastController:
             cold_start_p95_s=None if p95_wall is None else self.clock.to_model_s(p95_wall),
             lead_override_s=lead_override_s(self.cfg.controller, model_now),
         )
-        decision, self.state, forecast = step.tick(
-            self.forecaster, self.learner, self.state, self.policy_cfg, seen, model_now
+        decision, self.memory.state, forecast = step.tick(
+            self.memory.forecaster,
+            self.memory.learner,
+            self.memory.state,
+            self.policy_cfg,
+            seen,
+            model_now,
         )
         changed = self._apply("hot", decision.hot_target, counts["hot"].live, wall)
         changed |= self._apply("cold", decision.cold_target, counts["cold"].live, wall)
@@ -198,7 +160,7 @@ class ForecastController:
             counts["cold"].running, signals,
         )  # fmt: skip
         with self.lock:
-            self.history.add_decision(record)
+            self.memory.history.add_decision(record)
             self.last = {"state": "running", **record}
         if changed or time.time() - self._saved_wall >= SAVE_EVERY_S:
             self._save(model_now)
@@ -216,9 +178,9 @@ class ForecastController:
         if deployment == "cold":
             with self.lock:
                 if target > current:
-                    self.tracker.requested(target - current, wall)
+                    self.memory.tracker.requested(target - current, wall)
                 else:
-                    self.tracker.cancelled(current - target)
+                    self.memory.tracker.cancelled(current - target)
         log.info(
             "%s %s -> %s replicas (%s live) via %s",
             deployment,
@@ -252,7 +214,7 @@ class ForecastController:
 
     def status(self) -> dict[str, Any]:
         with self.lock:
-            p95 = self.tracker.p95_s()
+            p95 = self.memory.tracker.p95_s()
             clock = self.clock
             return {
                 "app": self.app,
@@ -270,13 +232,13 @@ class ForecastController:
                 "applied_targets": dict(self.applied),
                 "apply_path": self.scaler.path_used,
                 "cold_start_p95_s": p95,
-                "cold_start_samples_s": list(self.tracker.samples_s),
-                "pending_cold_starts": self.tracker.num_pending,
+                "cold_start_samples_s": list(self.memory.tracker.samples_s),
+                "pending_cold_starts": self.memory.tracker.num_pending,
                 "history_path": self.history_path,
-                "restored_history": self.restored,
+                "restored_history": self.memory.restored,
                 "last": dict(self.last),
-                "recent_reasons": [d["reason"] for d in self.history.decisions[-5:]],
-                "recent_decisions": list(self.history.decisions[-20:]),
+                "recent_reasons": [d["reason"] for d in self.memory.history.decisions[-5:]],
+                "recent_decisions": list(self.memory.history.decisions[-20:]),
                 "errors": list(self.errors),
             }
 

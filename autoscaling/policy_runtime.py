@@ -20,17 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoscaling import step
-from autoscaling.cold_start import ColdStartTracker
-from autoscaling.forecast import Forecaster
-from autoscaling.headroom import HeadroomLearner
 from autoscaling.history_store import (
-    History,
     decision_record,
     default_history_path,
-    load_history,
-    save_history,
 )
-from autoscaling.policy import PolicyConfig, PolicyState
+from autoscaling.memory import ScalerMemory, anchor_clock
+from autoscaling.policy import PolicyConfig
 from autoscaling.signals import ModelClock, RateMeter, lead_override_s
 from serving.config import AppConfig
 from serving.llm.autoscaling_stats import IngressStats
@@ -67,48 +62,17 @@ class PolicyRuntime:
         self.saved_wall_s = float("-inf")
         self.started_wall_s: float | None = None
         self.mismatch_logged = False
-        self._restore()
-
-    def _restore(self) -> None:
-        try:
-            history = load_history(self.history_path)
-        except ValueError as err:  # unreadable: start fresh, and say so
-            log.warning("ignoring autoscaler history: %s", err)
-            history = None
-        self.restored = history is not None
-        self.history = history or History()
-        h = self.history
-        self.forecaster = Forecaster.from_dict(h.forecaster) if h.forecaster else Forecaster()
-        self.learner = HeadroomLearner.from_dict(h.headroom) if h.headroom else HeadroomLearner()
-        self.tracker = ColdStartTracker(h.cold_start_samples_s)
-        self.state = (
-            PolicyState.from_dict(h.policy_state) if h.policy_state else PolicyState.initial()
-        )
+        self.memory = ScalerMemory.load(self.history_path)
 
     def save(self, model_now_s: float, wall_s: float) -> None:
-        self.history.forecaster = self.forecaster.to_dict()
-        self.history.headroom = self.learner.to_dict()
-        self.history.cold_start_samples_s = list(self.tracker.samples_s)
-        self.history.policy_state = self.state.to_dict()
-        self.history.saved_at_s = model_now_s
-        save_history(self.history_path, self.history)
+        self.memory.save(self.history_path, model_now_s)
         self.saved_wall_s = wall_s
-
-    def _anchor_clock(self, wall_s: float) -> ModelClock:
-        """Model time starts when the app first serves; a restart resumes a compressed clock
-        where the history left it (time_scale > 1 only plays a day in tests and demos)."""
-        ctl = self.cfg.controller
-        start = wall_s if ctl.clock_start_s is None else ctl.clock_start_s
-        saved = self.history.saved_at_s
-        if ctl.clock_start_s is not None and saved is not None and saved > start:
-            start = saved
-        return ModelClock(start_s=start, wall0_s=wall_s, time_scale=ctl.time_scale)
 
     def step(self, view: PoolView, wall_s: float) -> int | None:
         """The cold pool's target now; None: leave Serve's target as it is."""
         if self.started_wall_s is None:
             self.started_wall_s = wall_s
-        self.tracker.observe_running(view.cold_running, wall_s)
+        self.memory.tracker.observe_running(view.cold_running, wall_s)
         if view.ingress is not None and view.ingress.config_crc != self.config_crc:
             if not self.mismatch_logged:  # fail closed: never scale on another app's config
                 log.error(
@@ -126,14 +90,16 @@ class PolicyRuntime:
         if self.clock is None:
             if view.hot_running < 1:
                 return None  # still deploying: the day starts when the app serves
-            self.clock = self._anchor_clock(wall_s)
+            ctl = self.cfg.controller
+            saved = self.memory.history.saved_at_s
+            self.clock = anchor_clock(ctl.clock_start_s, ctl.time_scale, saved, wall_s)
         self.next_tick_s = wall_s + self.cfg.controller.interval_s
         self._tick(view, wall_s)
         return self.target
 
     def _observed(self, view: PoolView, rate: float | None, model_now_s: float) -> step.Observed:
         assert self.clock is not None
-        p95_wall = self.tracker.p95_s()
+        p95_wall = self.memory.tracker.p95_s()
         return step.Observed(
             rate_rps=rate,
             hot_ready=view.hot_running,
@@ -153,22 +119,27 @@ class PolicyRuntime:
         if view.ingress is not None and view.ingress_sample_s is not None:
             rate = self.rate.update(view.ingress.num_requests, view.ingress_sample_s)
         seen = self._observed(view, rate, model_now)
-        decision, self.state, forecast = step.tick(
-            self.forecaster, self.learner, self.state, self.policy_cfg, seen, model_now
+        decision, self.memory.state, forecast = step.tick(
+            self.memory.forecaster,
+            self.memory.learner,
+            self.memory.state,
+            self.policy_cfg,
+            seen,
+            model_now,
         )
         target = decision.cold_target
         current = view.cold_target if self.target is None else self.target
         if target > current:
-            self.tracker.requested(target - current, wall_s)
+            self.memory.tracker.requested(target - current, wall_s)
         elif target < current:
-            self.tracker.cancelled(current - target)
+            self.memory.tracker.cancelled(current - target)
         changed = target != self.target
         self.target = target
         record = decision_record(
             model_now, wall_s, decision, forecast, rate, view.hot_running, view.cold_running, view
         )
         record["policy"] = self.status_extra()
-        self.history.add_decision(record)
+        self.memory.history.add_decision(record)
         if changed:
             log.info("cold -> %s: %s", target, decision.reason)
         if changed or wall_s - self.saved_wall_s >= SAVE_EVERY_S:
@@ -179,9 +150,9 @@ class PolicyRuntime:
         clock = self.clock
         return {
             "started_wall_s": self.started_wall_s,
-            "restored_history": self.restored,
+            "restored_history": self.memory.restored,
             "time_scale": None if clock is None else clock.time_scale,
-            "cold_start_p95_s": self.tracker.p95_s(),
-            "cold_start_samples_s": list(self.tracker.samples_s),
-            "pending_cold_starts": self.tracker.num_pending,
+            "cold_start_p95_s": self.memory.tracker.p95_s(),
+            "cold_start_samples_s": list(self.memory.tracker.samples_s),
+            "pending_cold_starts": self.memory.tracker.num_pending,
         }

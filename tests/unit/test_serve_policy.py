@@ -101,9 +101,9 @@ def test_between_ticks_the_last_target_is_returned_without_a_new_decision(tmp_pa
     args = app_args(tmp_path / "h.json")
     policy, day = ForecastPolicy(app_args=args), Day(args)
     first, _ = policy(day.contexts(T0, rate_rps=7.0))
-    n = len(policy.runtime.history.decisions)
+    n = len(policy.runtime.memory.history.decisions)
     again, _ = policy(day.contexts(T0 + 0.1, rate_rps=0.5, dt_s=0.1))  # Serve's 0.1 s loop
-    assert again == first and len(policy.runtime.history.decisions) == n
+    assert again == first and len(policy.runtime.memory.history.decisions) == n
 
 
 def test_another_apps_config_holds_the_pool(tmp_path):
@@ -118,9 +118,9 @@ def test_a_new_policy_instance_restores_the_forecast_from_the_history_file(tmp_p
     run(policy, day, T0, 5, rate_rps=3.0)
     policy.runtime.save(policy.runtime.clock.now(T0 + 40), T0 + 40)
     again = ForecastPolicy(app_args=args)  # what Serve builds after a redeploy or a restart
-    assert again.runtime.restored
-    assert again.runtime.forecaster.to_dict() == policy.runtime.forecaster.to_dict()
-    assert again.runtime.state == policy.runtime.state
+    assert again.runtime.memory.restored
+    assert again.runtime.memory.forecaster.to_dict() == policy.runtime.memory.forecaster.to_dict()
+    assert again.runtime.memory.state == policy.runtime.memory.state
 
 
 def test_an_embed_app_is_refused_by_name():
