@@ -271,9 +271,18 @@ def test_compressed_day_cold_pool_up_before_ramp_released_after_emergency_on_a_b
     # Released after the peak, and not before it ended (Serve removed the replicas).
     down = next((s for s in samples if s[0] >= 12.5 and s[3] == 0), None)
     assert down is not None and 14.0 <= down[0] < BURST_HOUR, timeline
-    # The burst the forecast did not know triggers the emergency path, which raises cold.
-    panic = [d for d in ticks if d["emergency"] and hour(d["t_model_s"]) >= BURST_HOUR]
-    assert panic and panic[0]["cold_target"] >= 1, timeline
+    # The burst the forecast did not know raises cold at once: by the emergency path when a
+    # replica's queue report reaches Serve's controller first (the loaded machine of the
+    # helper's runs), or by the surge in the observed rate when the burst drains before any
+    # queue report (the quiet fresh-clone CI run: the rate tick saw it, no queue report did).
+    # The emergency path itself is unit-tested (test_serve_policy, test_replay_surprises).
+    after = [d for d in ticks if hour(d["t_model_s"]) >= BURST_HOUR]
+    raised = next((d for d in after[:3] if d["cold_target"] >= 1), None)
+    assert raised is not None, timeline
+    # Before the burst the learned day asked for no cold replica at this hour (base load); the
+    # raise answers the burst itself: an emergency, or a rate seen above twice the day's peak.
+    assert after[0]["cold_target"] == 0 or after[0] is raised, after[0]["reason"]
+    assert raised["emergency"] or raised["rate_rps"] > 2 * PEAK_RPS, raised
     # ...and released again once the burst is over (the policy keeps a cold replica it asked
     # for until it runs, so this waits out its cold start on a slow machine).
     released = wait_until(lambda: read_counts(APP)["cold"].live == 0, RELEASE_WAIT_S, "no release")
@@ -300,11 +309,14 @@ def test_a_restarted_serve_controller_rebuilds_the_policy_from_its_history(day_a
         new = [d for d in after if d["policy"]["started_wall_s"] > killed_at]
         return new[-1] if new else None
 
+    saved_before = max(
+        d["t_model_s"] for d in decisions(day_app["history"]) if d["t_wall_s"] <= killed_at
+    )
     tick = wait_until(rebuilt, 180, "no tick of a rebuilt policy")
     assert tick["policy"]["restored_history"] is True, tick
-    # The compressed clock resumes where the saved history left it (after the day), not at
-    # 10:30 again, and the forecast is the learned profile.
-    assert hour(tick["t_model_s"]) > END_HOUR - 0.5, tick
+    # The compressed clock resumes where the saved history left it (after the burst, at the
+    # last decision saved before the kill), not at 09:00 again; the forecast is the profile.
+    assert tick["t_model_s"] >= saved_before and hour(tick["t_model_s"]) > BURST_HOUR, tick
     assert "profile" in tick["forecast"]["basis"], tick
 
     # `python -m autoscaling status` prints forecast, targets and reasons from the history.
