@@ -145,14 +145,7 @@ class ForecastController:
             cold_start_p95_s=None if p95_wall is None else self.clock.to_model_s(p95_wall),
             lead_override_s=lead_override_s(self.cfg.controller, model_now),
         )
-        decision, self.memory.state, forecast = step.tick(
-            self.memory.forecaster,
-            self.memory.learner,
-            self.memory.state,
-            self.policy_cfg,
-            seen,
-            model_now,
-        )
+        decision, forecast = self.memory.tick(self.policy_cfg, seen, model_now)
         changed = self._apply("hot", decision.hot_target, counts["hot"].live, wall)
         changed |= self._apply("cold", decision.cold_target, counts["cold"].live, wall)
         record = decision_record(

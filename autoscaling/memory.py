@@ -12,11 +12,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from autoscaling import step
 from autoscaling.cold_start import ColdStartTracker
-from autoscaling.forecast import Forecaster
+from autoscaling.forecast import Forecast, Forecaster
 from autoscaling.headroom import HeadroomLearner
 from autoscaling.history_store import History, load_history, save_history
-from autoscaling.policy import PolicyState
+from autoscaling.policy import Decision, PolicyConfig, PolicyState
 from autoscaling.signals import ModelClock
 
 log = logging.getLogger("ray.serve")
@@ -49,6 +50,15 @@ class ScalerMemory:
             else PolicyState.initial(),
             restored=history is not None,
         )
+
+    def tick(
+        self, cfg: PolicyConfig, seen: step.Observed, model_now_s: float
+    ) -> tuple[Decision, Forecast]:
+        """One `step.tick` on this memory: the forecaster and learner learn, the state advances."""
+        decision, self.state, forecast = step.tick(
+            self.forecaster, self.learner, self.state, cfg, seen, model_now_s
+        )
+        return decision, forecast
 
     def save(self, path: str, model_now_s: float) -> None:
         h = self.history

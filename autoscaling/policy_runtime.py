@@ -119,14 +119,7 @@ class PolicyRuntime:
         if view.ingress is not None and view.ingress_sample_s is not None:
             rate = self.rate.update(view.ingress.num_requests, view.ingress_sample_s)
         seen = self._observed(view, rate, model_now)
-        decision, self.memory.state, forecast = step.tick(
-            self.memory.forecaster,
-            self.memory.learner,
-            self.memory.state,
-            self.policy_cfg,
-            seen,
-            model_now,
-        )
+        decision, forecast = self.memory.tick(self.policy_cfg, seen, model_now)
         target = decision.cold_target
         current = view.cold_target if self.target is None else self.target
         if target > current:
