@@ -204,10 +204,16 @@ class ReplicaSection:
     # per this many seconds: fewer Ray streaming hops, SSE frames and decodes per token (Ray Serve
     # LLM's stream_batching_interval_ms). 0 sends every engine step's tokens as they come.
     stream_interval_s: float = 0.1
+    # Added to the niceness of each LLM replica process whose engine runs on the CPU. The HTTP
+    # proxy and the ingress relay every token and answer every refusal; on shared cores they
+    # otherwise wait behind the engines' compute, and that wait is TTFT no replica can see
+    # (docs/serving.md#the-front-door-runs-first). 0 leaves Ray's niceness as it is.
+    cpu_nice_increment: int = 4
 
     def __post_init__(self) -> None:
         o = self._owner
         check_range(o, "stream_interval_s", self.stream_interval_s, 0.0, 5.0)
+        check_range(o, "cpu_nice_increment", self.cpu_nice_increment, 0, 19, integer=True)
         check_range(o, "num_cpus", self.num_cpus, 0.0, None)
         check_range(o, "num_gpus", self.num_gpus, 0.0, None)
         check_range(o, "torch_threads", self.torch_threads, 1, None, integer=True)

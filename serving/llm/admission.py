@@ -12,7 +12,9 @@ degrade, never OOM; R10: queue wait against the latency budget).
   not idle (offline) offline work only lands where KV use is below the idle fraction (R5)
   TTFT would miss    the predicted time to first token (serving/llm/ttft.py: the work queued
                      ahead in this tier and the tiers before it, paced by the engine's measured
-                     step cost) exceeds the tier's budget, ttft_p99_s x ttft_admit_fraction;
+                     step cost) exceeds the tier's budget (`ttft_budget_s`: ttft_p99_s less the
+                     time spent, less the larger of the fixed share 1 - ttft_admit_fraction
+                     and the margin the ingress measured, serving/llm/ttft_margin.py);
                      a request that finds a free slot is always admitted (nothing is ahead of
                      it, so refusing would not make it faster)
 
@@ -39,7 +41,7 @@ OFFLINE_RETRY_MIN_S = 10.0  # KV headroom for offline work comes back with whole
 
 @dataclass(frozen=True, slots=True)
 class AdmissionLimits:
-    ttft_budget_s: float  # the tier's ttft_p99_s x ttft_admit_fraction
+    ttft_budget_s: float  # `ttft_budget_s` of the request's tier
     max_waiting: int
     offline_idle_fraction: float
     max_in_replica: int | None = None
@@ -58,6 +60,18 @@ def max_in_replica(tier: str, max_ongoing_requests: int) -> int:
     """Requests a replica may hold when one of `tier` arrives: all of Serve's slots for
     interactive, half for the tiers below it."""
     return max_ongoing_requests if tier == "interactive" else max(1, max_ongoing_requests // 2)
+
+
+def ttft_budget_s(
+    ttft_p99_s: float, admit_fraction: float, spent_s: float, margin_s: float | None
+) -> float:
+    """What a request's predicted TTFT may use: the SLO less the time already spent and a
+    margin for what the prediction misses, the larger of the tier's fixed share
+    (1 - ttft_admit_fraction) and the margin the ingress measured (serving/llm/ttft_margin.py)."""
+    margin = ttft_p99_s * (1.0 - admit_fraction)
+    if margin_s is not None:
+        margin = max(margin, margin_s)
+    return max(ttft_p99_s - spent_s - margin, 0.0)
 
 
 def bounded_retry_after(free_in_s: float, retry_after_max_s: float) -> float:

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 
 from serving.api.errors import ApiError
 from serving.engine.load import LoadSnapshot
-from serving.llm.admission import RETRY_AFTER_MIN_S, Admission, judge_ttft
+from serving.llm.admission import RETRY_AFTER_MIN_S, Admission, judge_ttft, ttft_budget_s
 from serving.llm.messages import Delta, Failure, GenerateRequest, Refusal, ReplicaItem
 from serving.llm.ttft import predict_ttft
+from serving.llm.ttft_margin import TtftMargins
 
 log = logging.getLogger("ray.serve")
 
@@ -92,12 +93,12 @@ class RefusalMemo:
 
     def __init__(
         self,
-        budgets_s: Mapping[str, float] | None = None,
+        slos: Mapping[str, tuple[float, float]] | None = None,
         retry_after_max_s: float = 60.0,
         hold_s: float = 0.5,
         snapshot_hold_s: float = 2.0,
     ) -> None:
-        self.budgets_s = dict(budgets_s or {})
+        self.slos = dict(slos or {})  # tier -> (ttft_p99_s, ttft_admit_fraction)
         self.retry_after_max_s = retry_after_max_s
         self.hold_s = hold_s
         self.snapshot_hold_s = snapshot_hold_s
@@ -112,10 +113,11 @@ class RefusalMemo:
     ) -> Admission | None:
         """The replica rule applied to the pool's last snapshot; None: ask the replica."""
         entry, tier = self._loads.get(pool), request.tier
-        if entry is None or tier not in self.budgets_s or entry[1] <= now:
+        if entry is None or tier not in self.slos or entry[1] <= now:
             return None
         prediction = predict_ttft(entry[0], tier, len(request.prompt_token_ids), now)
-        budget_s = max(self.budgets_s[tier] - request.spent_s, 0.0)  # as the replica counts it
+        slo_s, fraction = self.slos[tier]  # the budget as the replica counts it
+        budget_s = ttft_budget_s(slo_s, fraction, request.spent_s, request.ttft_margin_s)
         decision = judge_ttft(prediction, tier, budget_s, self.retry_after_max_s)
         return None if decision.admitted else decision
 
@@ -178,16 +180,24 @@ async def open_stream(
     default_retry_s: float,
     memo: RefusalMemo | None = None,
     now: float = 0.0,
+    margins: TtftMargins | None = None,
+    sent_unix_s: float | None = None,
 ) -> OpenStream:
-    """Try the tier's pools in order until one admits; raise ApiError 400/429/503 otherwise."""
+    """Try the tier's pools in order until one admits; raise ApiError 400/429/503 otherwise.
+    Each pool gets the request with the TTFT margin the ingress measured for it and the wall
+    clock of the first send (`sent_unix_s`), so a replica counts the time since."""
     from ray.exceptions import RayError
     from ray.serve.exceptions import BackPressureError
 
     refusals = Refusals()
     tier = request.tier
+    if sent_unix_s is not None:
+        request = dataclasses.replace(request, sent_unix_s=sent_unix_s)
     for pool in POOL_ORDER[tier]:
         if not available.get(pool, False):
             continue
+        if margins is not None:
+            request = dataclasses.replace(request, ttft_margin_s=margins.margin_s(pool, now))
         skipped = _memo_refusal(memo, pool, request, now)
         if skipped is not None:
             refusals.add(*skipped)

@@ -26,6 +26,7 @@ from serving.llm.dispatch import OpenStream, RefusalMemo, open_stream
 from serving.llm.messages import Completion, Delta, GenerateRequest
 from serving.llm.stop_strings import StopStrings
 from serving.llm.tools import ToolPlan
+from serving.llm.ttft_margin import TtftMargins
 from serving.serve_status import app_name_or_default, running_replicas
 
 log = logging.getLogger("ray.serve")
@@ -62,8 +63,9 @@ class Ingress:
         self.verified: dict[str, bool] = {}
         tiers, srv = self.config.tiers, self.config.server
         # The replicas' TTFT rule, applied to each pool's last refused load (dispatch.py).
-        budgets_s = {name: t.ttft_p99_s * t.ttft_admit_fraction for name, t in tiers.items()}
-        self.refusals = RefusalMemo(budgets_s, srv.retry_after_max_s)
+        slos = {name: (t.ttft_p99_s, t.ttft_admit_fraction) for name, t in tiers.items()}
+        self.refusals = RefusalMemo(slos, srv.retry_after_max_s)
+        self.margins = TtftMargins()
         self.app_name = app_name_or_default()
         self._watcher: asyncio.Task | None = None
         self.num_requests = 0  # requests that reached pool choice; read by the forecast controller
@@ -188,14 +190,21 @@ class Ingress:
         request = GenerateRequest(
             p.new_id("req"), tuple(prompt_ids), params, tier, spent_s=max(spent_s, 0.0)
         )
-        return await open_stream(
+        opened = await open_stream(
             self.handles,
             self.available,
             request,
             self.config.server.retry_after_s,
             self.refusals,
             now,
+            self.margins,
+            time.time(),
         )
+        predicted_s = opened.first.predicted_ttft_s
+        if predicted_s is not None:  # what the replica could not see (serving/llm/ttft_margin.py)
+            done = time.monotonic()
+            self.margins.observe(opened.pool, done - now - predicted_s, done)
+        return opened
 
     async def _open_choices(
         self, prompt_ids: list[int], params: SamplingParams, tier: str, n: int

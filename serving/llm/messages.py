@@ -37,10 +37,20 @@ class GenerateRequest:
     # Seconds the ingress already spent on it (validation, tokenizing, earlier pools): they
     # count against the tier's TTFT budget at admission.
     spent_s: float = 0.0
+    # What the ingress measured for this pool (serving/llm/ttft_margin.py): how much later than
+    # predicted first tokens have been reaching it. None: not measured yet.
+    ttft_margin_s: float | None = None
+    # Wall clock when the ingress first sent it to a pool: the replica counts the hop (and any
+    # wait in Serve's router queue or an earlier pool's refusal) as spent too.
+    sent_unix_s: float | None = None
 
     def __post_init__(self) -> None:
         check_tier(self.tier, "tier")
         object.__setattr__(self, "prompt_token_ids", tuple(self.prompt_token_ids))
+
+    def hop_s(self, now_unix_s: float) -> float:
+        """Seconds since the ingress sent it (0 when unknown; a clock behind counts as 0)."""
+        return 0.0 if self.sent_unix_s is None else max(now_unix_s - self.sent_unix_s, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +65,10 @@ class Delta:
     num_output_tokens: int
     pool: str
     logprobs: tuple[TokenLogprob, ...] = ()  # one per token id, when the request asked
+    # On a stream's first delta: the time from the ingress's send to the first token its
+    # replica predicted at admission, the hop included (the ingress compares it with what it
+    # saw, serving/llm/ttft_margin.py).
+    predicted_ttft_s: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "logprobs", tuple(self.logprobs))

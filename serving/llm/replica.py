@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from serving.config import AppConfig
 from serving.engine import LLMEngine, RequestTimeoutError, SamplingParams
 from serving.engine.load import load_snapshot
-from serving.llm.admission import AdmissionLimits, admit, max_in_replica
+from serving.llm.admission import AdmissionLimits, admit, max_in_replica, ttft_budget_s
 from serving.llm.autoscaling_stats import ReplicaStats
 from serving.llm.messages import (
     Delta,
@@ -53,6 +53,8 @@ class ModelReplica:
         self.engine = LLMEngine.from_pretrained(
             path, self.config.engine, trust_remote_code=self.config.model.trust_remote_code
         )
+        if self.engine.device.type == "cpu" and self.config.replica.cpu_nice_increment:
+            os.nice(self.config.replica.cpu_nice_increment)  # the front door runs first
         self.self_check()
         self.engine.grammars.warm()  # ~0.5 s for a 49k vocabulary, once, before traffic
         self.warmup_s = time.monotonic() - started
@@ -151,11 +153,15 @@ class ModelReplica:
         tier = request.tier
         tier_cfg = self.config.tiers[tier]
         now = time.monotonic()
+        hop_s = request.hop_s(time.time())
         stats = self.engine.stats()
         load = load_snapshot(self.engine, now, stats.concurrency_limit)
         limits = AdmissionLimits(
-            ttft_budget_s=max(
-                tier_cfg.ttft_p99_s * tier_cfg.ttft_admit_fraction - request.spent_s, 0
+            ttft_budget_s=ttft_budget_s(
+                tier_cfg.ttft_p99_s,
+                tier_cfg.ttft_admit_fraction,
+                request.spent_s + hop_s,
+                request.ttft_margin_s,
             ),
             max_waiting=tier_cfg.max_waiting,
             offline_idle_fraction=self.config.engine.offline_idle_fraction,
@@ -176,14 +182,19 @@ class ModelReplica:
             return
         outcome = ["aborted"]  # until the stream ends: a caller that leaves aborts it
         try:
-            async for item in self._relay(request, tier_cfg, outcome):
+            async for item in self._relay(
+                request, tier_cfg, outcome, hop_s + decision.predicted_ttft_s
+            ):
                 yield item
         finally:
             self.metrics.count_request(outcome[0])
 
-    async def _relay(self, request: GenerateRequest, tier_cfg, outcome: list[str]):
+    async def _relay(
+        self, request: GenerateRequest, tier_cfg, outcome: list[str], predicted_ttft_s: float
+    ):
         arrived = time.monotonic()
         first_s = queue_wait_s = None
+        first = True
         try:
             stream = self.engine.stream(
                 list(request.prompt_token_ids),
@@ -214,7 +225,9 @@ class ModelReplica:
                     num_output_tokens=delta.num_output_tokens,
                     pool=self.pool,
                     logprobs=tuple(delta.logprobs),
+                    predicted_ttft_s=predicted_ttft_s if first else None,
                 )
+                first = False
         except ValueError as err:  # the engine refused the request as it is (too long, ...)
             outcome[0] = "invalid"
             yield Failure(400, str(err))

@@ -178,7 +178,7 @@ def test_the_ingress_skips_a_pool_until_its_refused_load_is_predicted_to_fit():
     predicted wait fits the budget; then the replica is asked again."""
     from serving.llm.dispatch import RefusalMemo
 
-    memo = RefusalMemo({"interactive": 0.5}, retry_after_max_s=60.0, snapshot_hold_s=30.0)
+    memo = RefusalMemo({"interactive": (1.0, 0.5)}, retry_after_max_s=60.0, snapshot_hold_s=30.0)
     # Busy for 30 steps of 0.1 s: a new request waits 3 s for the slot.
     refused = Refusal("hot: interactive: predicted TTFT", 2.7, "interactive", 3.2, busy_load(30))
     hot = FakeHandle([refused])
@@ -209,7 +209,7 @@ def test_the_ingress_skips_a_pool_until_its_refused_load_is_predicted_to_fit():
 def test_without_a_snapshot_the_ingress_always_asks_for_interactive():
     from serving.llm.dispatch import RefusalMemo
 
-    memo = RefusalMemo({"interactive": 0.5})
+    memo = RefusalMemo({"interactive": (1.0, 0.5)})
     hot = FakeHandle([Refusal("hot: interactive: queue full", 2.0, "interactive")])
     handles = {"hot": hot, "cold": FakeHandle([])}
     for now in (1.0, 1.1):
