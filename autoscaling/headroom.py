@@ -17,6 +17,9 @@ settings; no cap is picked by looking at a trace.
   `min_scores` in all, there is no learned headroom (the policy falls back to the R6 safety
   factor, 1 / target_utilization).
 * A plan that falls due in a trace gap (no rate observed) is dropped, never scored.
+* The SLO's own feedback (autoscaling/headroom_feedback.py, adaptive conformal inference)
+  multiplies the result: up while the served traffic is in distress, down while it is not, so
+  the long-run share served in distress tends to 1 - `quantile` when the week's errors mislead.
 * The result is clipped to `clip`: below 1 when the forecast over-predicts (its peak over a window
   is above the rate most of the time), never absurd when a few scores are wild.
 

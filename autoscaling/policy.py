@@ -5,7 +5,8 @@ The hot pool is constant (R5/R9). The cold pool follows the forecast:
     base     = max(forecast peak over [now, now + lead + horizon], rate seen now)
     needed   = ceil(base x headroom / capacity)
     headroom = learned online (autoscaling/headroom.py): an upper quantile of the forecast's own
-               recent errors; 1 / target_utilization (R6's safety factor) until it has scores
+               recent errors x the SLO's feedback; 1 / target_utilization (R6's safety factor)
+               until it has scores
     cold     = clamp(needed - hot, min_cold, max_cold)
     lead     = window override, else measured p95 cold start + margin, else cfg.lead_s
 
