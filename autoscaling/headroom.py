@@ -17,6 +17,9 @@ settings; no cap is picked by looking at a trace.
   `min_scores` in all, there is no learned headroom (the policy falls back to the R6 safety
   factor, 1 / target_utilization).
 * A plan that falls due in a trace gap (no rate observed) is dropped, never scored.
+* The SLO's own feedback (autoscaling/headroom_feedback.py, adaptive conformal inference)
+  multiplies the result: up while the served traffic is in distress, down while it is not, so
+  the long-run share served in distress tends to 1 - `quantile` when the week's errors mislead.
 * The result is clipped to `clip`: below 1 when the forecast over-predicts (its peak over a window
   is above the rate most of the time), never absurd when a few scores are wild.
 
@@ -35,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from autoscaling.headroom_alloc import allocate
+from autoscaling.headroom_feedback import SloFeedback
 from common.validate import check_range
 
 _DAY_S = 86400.0
@@ -51,6 +55,10 @@ class HeadroomConfig:
     window_s: float = 7 * _DAY_S  # scores older than this drop out (a week: every weekday)
     min_scores: int = 50  # per band before the band's own quantile is used
     clip: tuple[float, float] = (0.5, 4.0)
+    # the SLO's feedback on that headroom (autoscaling/headroom_feedback.py): log-headroom moved
+    # per second of mean traffic, up when served in distress, down otherwise; 0 turns it off
+    feedback_gain_per_s: float = 1e-4
+    feedback_range: tuple[float, float] = (0.6, 2.0)  # bounds on the feedback's factor
 
     def __post_init__(self) -> None:
         o = self._owner
@@ -63,6 +71,10 @@ class HeadroomConfig:
         lo, hi = self.clip
         check_range(o, "clip[0]", lo, 0.0, 1.0, lo_open=True)
         check_range(o, "clip[1]", hi, 1.0, 100.0)
+        check_range(o, "feedback_gain_per_s", self.feedback_gain_per_s, 0.0, 1.0)
+        lo, hi = self.feedback_range
+        check_range(o, "feedback_range[0]", lo, 0.0, 1.0, lo_open=True)
+        check_range(o, "feedback_range[1]", hi, 1.0, 100.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +100,7 @@ class HeadroomLearner:
         self._bands: list[deque[tuple[float, ...]]] = [deque() for _ in range(self.cfg.num_bands)]
         self._cache: list[Headroom] = []
         self._cache_key = -1  # the REFRESH_S period the cache was filled in
+        self.feedback = SloFeedback()
 
     def expect(self, from_s: float, to_s: float, forecast_rps: float) -> None:
         """A plan sized for `forecast_rps` that must carry the rate from `from_s` to `to_s`."""
@@ -112,6 +125,19 @@ class HeadroomLearner:
             while band and band[0][0] < oldest:
                 band.popleft()
 
+    def feedback_on(self, now_s: float, rate_rps: float | None, distressed: bool) -> None:
+        """What the SLO got over the interval ending now: `distressed` when the queue passed the
+        emergency limit (the SLO's misses). Moves the feedback factor on the headroom."""
+        lo, hi = self.cfg.feedback_range
+        self.feedback.update(
+            now_s,
+            rate_rps,
+            distressed,
+            1.0 - self.cfg.quantile,
+            self.cfg.feedback_gain_per_s,
+            (math.log(lo), math.log(hi)),
+        )
+
     def num_scores(self) -> int:
         return sum(len(b) for b in self._bands)
 
@@ -121,7 +147,13 @@ class HeadroomLearner:
         key = math.floor(at_s / REFRESH_S)
         if key != self._cache_key:
             self._cache, self._cache_key = self._compute(), key
-        return self._cache[band_of(at_s, self.cfg.num_bands)]
+        head = self._cache[band_of(at_s, self.cfg.num_bands)]
+        fb = self.feedback.factor
+        if head.factor is None or fb == 1.0:
+            return head
+        lo, hi = self.cfg.clip
+        basis = f"{head.basis}, x {fb:.2f} SLO feedback"
+        return Headroom(min(max(head.factor * fb, lo), hi), basis, head.num_scores)
 
     def _compute(self) -> list[Headroom]:
         cfg = self.cfg
@@ -151,7 +183,9 @@ class HeadroomLearner:
     def to_dict(self) -> dict[str, Any]:
         cfg = asdict(self.cfg)
         cfg["clip"] = list(self.cfg.clip)
+        cfg["feedback_range"] = list(self.cfg.feedback_range)
         return {
+            "feedback": self.feedback.to_dict(),
             "config": cfg,
             "pending": [list(x) for x in self._pending],
             "bands": [[list(x) for x in b] for b in self._bands],
@@ -161,7 +195,10 @@ class HeadroomLearner:
     def from_dict(cls, d: dict[str, Any]) -> HeadroomLearner:
         cfg = dict(d["config"])
         cfg["clip"] = tuple(cfg["clip"])
+        if "feedback_range" in cfg:  # histories saved before the feedback take its defaults
+            cfg["feedback_range"] = tuple(cfg["feedback_range"])
         learner = cls(HeadroomConfig(**cfg))
+        learner.feedback = SloFeedback.from_dict(d.get("feedback"))
         learner._pending.extend([float(x) for x in plan] for plan in d["pending"])
         for band, items in zip(learner._bands, d["bands"], strict=True):
             band.extend(tuple(float(v) for v in x) for x in items)

@@ -5,7 +5,8 @@ The hot pool is constant (R5/R9). The cold pool follows the forecast:
     base     = max(forecast peak over [now, now + lead + horizon], rate seen now)
     needed   = ceil(base x headroom / capacity)
     headroom = learned online (autoscaling/headroom.py): an upper quantile of the forecast's own
-               recent errors; 1 / target_utilization (R6's safety factor) until it has scores
+               recent errors x the SLO's feedback; 1 / target_utilization (R6's safety factor)
+               until it has scores
     cold     = clamp(needed - hot, min_cold, max_cold)
     lead     = window override, else measured p95 cold start + margin, else cfg.lead_s
 
@@ -30,7 +31,15 @@ from typing import Any
 from autoscaling.forecast import Forecast
 from autoscaling.policy_config import PolicyConfig
 
-__all__ = ["Decision", "PolicyConfig", "PolicyState", "Snapshot", "decide", "lead_s_for"]
+__all__ = [
+    "Decision",
+    "PolicyConfig",
+    "PolicyState",
+    "Snapshot",
+    "decide",
+    "in_distress",
+    "lead_s_for",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,13 +122,22 @@ def _replicas_for(rate_rps: float, cfg: PolicyConfig) -> int:
     return math.ceil(max(rate_rps, 0.0) / per_replica - 1e-9)
 
 
+def in_distress(queue_wait_s: float, queue_depth: float, ready: int, cfg: PolicyConfig) -> bool:
+    """The emergency test: the queue wait, or its depth in seconds of the ready replicas'
+    capacity, past `panic_queue_fraction` of the TTFT SLO (its requests miss the SLO)."""
+    depth_s = queue_depth / (max(ready, 1) * cfg.replica_capacity_rps)
+    limit_s = cfg.panic_queue_fraction * cfg.ttft_slo_s
+    return queue_wait_s > limit_s or depth_s > limit_s
+
+
 def _emergency_need(snap: Snapshot, cfg: PolicyConfig) -> tuple[int, str] | None:
     """Replicas the observed load needs right now when the queue passes half the SLO, else None."""
-    capacity_rps = max(snap.hot_replicas + snap.cold_ready, 1) * cfg.replica_capacity_rps
+    ready = snap.hot_replicas + snap.cold_ready
+    if not in_distress(snap.queue_wait_s, snap.queue_depth, ready, cfg):
+        return None
+    capacity_rps = max(ready, 1) * cfg.replica_capacity_rps
     depth_s = snap.queue_depth / capacity_rps  # queue in seconds of current capacity
     limit_s = cfg.panic_queue_fraction * cfg.ttft_slo_s
-    if snap.queue_wait_s <= limit_s and depth_s <= limit_s:
-        return None
     what = f"queue wait {snap.queue_wait_s:.2f} s" if snap.queue_wait_s > limit_s else ""
     what = what or f"queue depth {snap.queue_depth} ({depth_s:.2f} s of capacity)"
     # Serve the observed rate and drain, within panic_drain_s, the backlog plus what will pile up

@@ -1,6 +1,7 @@
 """One controller tick, shared by the live controller and the replay: observe, forecast, decide.
 
     forecaster.observe(now, rate); learner.observe(now, rate)    (scores plans now due)
+    learner.feedback_on(now, rate, queue past the emergency limit)  (the SLO's own feedback)
     fc       = forecaster.predict(now, lead, horizon)
     headroom = learner.headroom(now + lead)                     (the band the plan serves in)
     decision = decide(snapshot with fc and headroom, state, cfg, now)
@@ -15,7 +16,15 @@ from dataclasses import dataclass
 
 from autoscaling.forecast import Forecast, Forecaster
 from autoscaling.headroom import HeadroomLearner
-from autoscaling.policy import Decision, PolicyConfig, PolicyState, Snapshot, decide, lead_s_for
+from autoscaling.policy import (
+    Decision,
+    PolicyConfig,
+    PolicyState,
+    Snapshot,
+    decide,
+    in_distress,
+    lead_s_for,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +52,10 @@ def tick(
 ) -> tuple[Decision, PolicyState, Forecast]:
     forecaster.observe(now_s, obs.rate_rps)
     learner.observe(now_s, obs.rate_rps)
+    ready = obs.hot_ready + obs.cold_ready
+    learner.feedback_on(
+        now_s, obs.rate_rps, in_distress(obs.queue_wait_s, obs.queue_depth, ready, cfg)
+    )
     lead = lead_s_for(cfg, obs.cold_start_p95_s, obs.lead_override_s)
     fc = forecaster.predict(now_s, lead, cfg.horizon_s)
     head = learner.headroom(now_s + lead)

