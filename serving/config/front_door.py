@@ -9,7 +9,12 @@ HTTP proxy, and what Serve answers beyond that. Derived from the config, not con
                           max_replicas) x controller.replica_capacity_rps, and a request that
                           waited longer than the tightest tier's admission budget
                           (ttft_p99_s x ttft_admit_fraction) could no longer meet its SLO:
-                          floor(capacity_rps x budget_s), at least 1
+                          floor(capacity_rps x budget_s); and at least the sequences the hot
+                          replicas can start at once (hot replicas x engine.max_num_seqs):
+                          Serve counts a request as queued until its router has picked a
+                          replica, so a burst of clients arriving together (16 streams opened
+                          at once on the default job) waits there for the router's probe of the
+                          ingress even with every slot free, and must not be refused for it
     retry_after_s         Retry-After of Serve's own 429 past that queue: the time a full queue
                           takes to drain at that capacity, bounded like the replicas' Retry-After
 
@@ -47,7 +52,8 @@ def front_door(cfg: AppConfig) -> FrontDoor:
         max_ongoing = num_replicas * cfg.replica.max_ongoing_requests
     max_queued = server.ingress_max_queued_requests
     if max_queued is None:
-        max_queued = max(1, math.floor(capacity_rps * budget_s))
+        burst = pools.hot.num_replicas * cfg.engine.max_num_seqs
+        max_queued = max(1, math.floor(capacity_rps * budget_s), burst)
     drain_s = max_queued / capacity_rps
     retry_s = min(max(drain_s, RETRY_AFTER_MIN_S), server.retry_after_max_s)
     return FrontDoor(max_ongoing, max_queued, retry_s)

@@ -14,6 +14,7 @@ def config(**sections) -> AppConfig:
         "pools": {"hot": {"num_replicas": 1}, "cold": {"max_replicas": 2}},
         "controller": {"enabled": False, "replica_capacity_rps": 4.0},
         "replica": {"max_ongoing_requests": 8},
+        "engine": {"max_num_seqs": 1, "min_num_seqs": 1},
     }
     for name, values in sections.items():
         base[name] = {**base.get(name, {}), **values}
@@ -35,6 +36,13 @@ def test_a_tighter_slo_or_less_capacity_shrinks_the_queue():
     door = front_door(slow)
     assert door.max_queued_requests == 1  # never 0: Serve refuses 0
     assert door.retry_after_s == pytest.approx(1 / 0.6)  # a full queue drains in 1.67 s
+
+
+def test_the_queue_holds_at_least_a_burst_the_hot_replicas_could_start_at_once():
+    # Serve counts requests still being routed as queued: 16 clients arriving together must
+    # not get the proxy's 429 while every slot is free.
+    burst = config(engine={"max_num_seqs": 32, "min_num_seqs": 8})
+    assert front_door(burst).max_queued_requests == 32  # 1 hot replica x 32 sequences > 6
 
 
 def test_explicit_bounds_override_and_are_validated():
