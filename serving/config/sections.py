@@ -204,7 +204,7 @@ class ReplicaSection:
     # per this many seconds: fewer Ray streaming hops, SSE frames and decodes per token (Ray Serve
     # LLM's stream_batching_interval_ms). 0 sends every engine step's tokens as they come.
     stream_interval_s: float = 0.1
-    # Added to the niceness of each LLM replica process whose engine runs on the CPU. The HTTP
+    # Added to the niceness of each LLM replica process without a GPU (num_gpus 0). The HTTP
     # proxy and the ingress relay every token and answer every refusal; on shared cores they
     # otherwise wait behind the engines' compute, and that wait is TTFT no replica can see
     # (docs/serving.md#the-front-door-runs-first). 0 leaves Ray's niceness as it is.

@@ -48,13 +48,15 @@ class ModelReplica:
         self.config = AppConfig.from_args(config)
         self.pool = pool
         torch.set_num_threads(self.config.replica.torch_threads)
+        if self.config.replica.num_gpus == 0 and self.config.replica.cpu_nice_increment:
+            # The front door runs first; before loading, so that a replica starting beside a
+            # serving one does not take the CPU from it either.
+            os.nice(self.config.replica.cpu_nice_increment)
         started = time.monotonic()
         path = resolve_model_dir(self.config.model.source)
         self.engine = LLMEngine.from_pretrained(
             path, self.config.engine, trust_remote_code=self.config.model.trust_remote_code
         )
-        if self.engine.device.type == "cpu" and self.config.replica.cpu_nice_increment:
-            os.nice(self.config.replica.cpu_nice_increment)  # the front door runs first
         self.self_check()
         self.engine.grammars.warm()  # ~0.5 s for a 49k vocabulary, once, before traffic
         self.warmup_s = time.monotonic() - started
