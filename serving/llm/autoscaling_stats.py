@@ -15,24 +15,30 @@ import zlib
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
-T = TypeVar("T")
+S = TypeVar("S", bound="MetricsMessage")
 
 
-def _to_metrics(stats: Any) -> dict[str, float]:
-    return {f.name: float(getattr(stats, f.name)) for f in fields(stats)}
+class MetricsMessage:
+    """Both messages' one encoding: each field a float under its own name; an int field is read
+    back as an int, a missing key as the field's default. For frozen dataclasses only."""
 
+    __slots__ = ()  # keeps the subclasses' dataclass slots
 
-def _from_metrics(cls: type[T], metrics: dict[str, float]) -> T:
-    values: dict[str, Any] = {}
-    for f in fields(cls):  # type: ignore[arg-type]
-        if f.name in metrics:
-            raw = metrics[f.name]
-            values[f.name] = int(raw) if f.type in ("int", int) else float(raw)
-    return cls(**values)
+    def to_metrics(self) -> dict[str, float]:
+        return {f.name: float(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_metrics(cls: type[S], metrics: dict[str, float]) -> S:
+        values: dict[str, Any] = {}
+        for f in fields(cls):  # type: ignore[arg-type]
+            if f.name in metrics:
+                raw = metrics[f.name]
+                values[f.name] = int(raw) if f.type in ("int", int) else float(raw)
+        return cls(**values)
 
 
 @dataclass(frozen=True, slots=True)
-class IngressStats:
+class IngressStats(MetricsMessage):
     num_requests: int = 0  # cumulative requests since the ingress started (a rate by difference)
     # cold replicas the batch lane asks for now (LaneMixin.offline_cold_replicas_wanted)
     offline_cold_replicas: int = 0
@@ -40,27 +46,13 @@ class IngressStats:
     # (policy_kwargs.app_args) is the same config, and holds the pool when it is not
     config_crc: int = 0
 
-    def to_metrics(self) -> dict[str, float]:
-        return _to_metrics(self)
-
-    @classmethod
-    def from_metrics(cls, metrics: dict[str, float]) -> IngressStats:
-        return _from_metrics(cls, metrics)
-
 
 @dataclass(frozen=True, slots=True)
-class ReplicaStats:
+class ReplicaStats(MetricsMessage):
     num_waiting: int = 0  # sequences waiting for admission
     num_running: int = 0
     queue_wait_p99_s: float = 0.0  # over the replica's recent admissions
     kv_use_fraction: float = 0.0
-
-    def to_metrics(self) -> dict[str, float]:
-        return _to_metrics(self)
-
-    @classmethod
-    def from_metrics(cls, metrics: dict[str, float]) -> ReplicaStats:
-        return _from_metrics(cls, metrics)
 
 
 def config_crc(app_config_dict: dict[str, Any]) -> int:
