@@ -72,6 +72,10 @@ class EngineConfig:
     # auto: paged when the model supports transformers' attention interface.
     runner: str = "auto"
     seed: int = 0  # seeds unseeded sampling (a request's own `seed` still wins)
+    # CPU, float32: hold the linear layers' weights in oneDNN's blocked layout, packed once at
+    # load, so small-batch decode matmuls do not re-pack them every step
+    # (serving/engine/cpu_linear.py). Off: plain torch.nn.functional.linear.
+    cpu_packed_linear: bool = True
 
     def __post_init__(self) -> None:
         check_choice(_OWNER, "kv_mode", self.kv_mode, KV_MODES)
@@ -111,6 +115,10 @@ class EngineConfig:
         check_range(_OWNER, "on_demand_free_fraction", self.on_demand_free_fraction, 0.0, 0.5)
         if self.max_queue_wait_s is not None:
             check_range(_OWNER, "max_queue_wait_s", self.max_queue_wait_s, 0.0, None, lo_open=True)
+        if not isinstance(self.cpu_packed_linear, bool):
+            raise ValueError(
+                f"{_OWNER}.cpu_packed_linear={self.cpu_packed_linear!r} must be true or false"
+            )
         if not isinstance(self.tuner, bool):
             raise ValueError(f"{_OWNER}.tuner={self.tuner!r} must be true or false")
         check_range(_OWNER, "tuner_interval_s", self.tuner_interval_s, 0.0, 3600.0, lo_open=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from serving.engine import loader
+from serving.engine import cpu_linear, loader
 from serving.engine.config import EngineConfig
 from serving.engine.driver import AsyncDriver
 from serving.engine.features import check_model
@@ -66,6 +66,8 @@ class LLMEngine:
         self.clock = clock
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
+        if cfg.cpu_packed_linear and cpu_linear.can_pack(self.device, self.dtype):
+            cpu_linear.pack_linears(model)
         mc = model.config
         use_paged = cfg.runner == "paged" or (
             cfg.runner == "auto" and type(model)._supports_attention_backend

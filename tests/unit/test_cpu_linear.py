@@ -1,0 +1,98 @@
+"""Prepacked CPU linear layers (serving/engine/cpu_linear.py): same numbers as F.linear, every
+plain nn.Linear replaced, nothing else touched, and an engine config that turns it off."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from serving.engine import EngineConfig, LLMEngine, SamplingParams
+from serving.engine.cpu_linear import PackedLinear, can_pack, pack_linears
+from serving.tiny_models import tiny_model
+
+needs_mkldnn = pytest.mark.skipif(
+    not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN"
+)
+
+
+@needs_mkldnn
+@pytest.mark.parametrize("rows", [1, 3, 16, 93])
+@pytest.mark.parametrize("bias", [False, True])
+def test_packed_linear_matches_f_linear(rows, bias):
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 96, bias=bias)
+    x = torch.randn(rows, 64)
+    packed = PackedLinear(linear)
+    torch.testing.assert_close(packed(x), linear(x), rtol=1e-5, atol=1e-5)
+    # Leading dims pass through, as with nn.Linear ([batch, tokens, hidden] in transformers).
+    x3 = torch.randn(2, rows, 64)
+    torch.testing.assert_close(packed(x3), linear(x3), rtol=1e-5, atol=1e-5)
+
+
+@needs_mkldnn
+def test_non_contiguous_input_is_accepted():
+    linear = torch.nn.Linear(32, 8)
+    x = torch.randn(32, 5).t()  # a transposed view
+    torch.testing.assert_close(PackedLinear(linear)(x), linear(x), rtol=1e-5, atol=1e-5)
+
+
+class _LoraLike(torch.nn.Linear):
+    """A subclass with its own forward: must not be replaced."""
+
+
+@needs_mkldnn
+def test_pack_replaces_plain_linears_only():
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 8),
+        torch.nn.ReLU(),
+        torch.nn.Sequential(torch.nn.Linear(8, 4)),
+        _LoraLike(4, 4),
+    )
+    assert pack_linears(model) == 2
+    assert isinstance(model[0], PackedLinear)
+    assert isinstance(model[2][0], PackedLinear)
+    assert type(model[3]) is _LoraLike
+
+
+@needs_mkldnn
+def test_tied_head_keeps_the_embedding_weight():
+    model = tiny_model("llama", tie_word_embeddings=True)
+    embed = model.get_input_embeddings().weight
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        before = model(ids).logits
+        pack_linears(model)
+        after = model(ids).logits
+    assert model.get_input_embeddings().weight is embed
+    assert isinstance(model.lm_head, PackedLinear)
+    torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-4)
+
+
+def test_can_pack_is_cpu_float32_only():
+    cpu = torch.device("cpu")
+    assert can_pack(cpu, torch.float32) == torch.backends.mkldnn.is_available()
+    assert not can_pack(cpu, torch.bfloat16)  # not measured on a CPU with bf16 units
+    assert not can_pack(torch.device("cuda"), torch.float32)
+
+
+@needs_mkldnn
+@pytest.mark.parametrize("enabled", [True, False])
+def test_engine_packs_by_config_and_output_is_unchanged(enabled):
+    model = tiny_model("llama")
+    prompt = [3, 17, 42, 9, 11]
+    ids = torch.tensor([prompt])
+    ref = model.generate(
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False
+    )
+    cfg = EngineConfig(num_kv_blocks=16, cpu_packed_linear=enabled)
+    engine = LLMEngine(model, config=cfg)
+    packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
+    plain = [m for m in model.modules() if type(m) is torch.nn.Linear]
+    assert (len(packed) > 0, len(plain) == 0) == (enabled, enabled)
+    (out,) = engine.generate([prompt], [SamplingParams(max_tokens=12, temperature=0)])
+    assert out.token_ids == ref[0, len(prompt) :].tolist()
+
+
+def test_config_rejects_a_non_bool():
+    with pytest.raises(ValueError, match="cpu_packed_linear"):
+        EngineConfig(cpu_packed_linear="yes")
