@@ -67,7 +67,7 @@ class LLMEngine:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         if cfg.cpu_packed_linear and cpu_linear.can_pack(self.device, self.dtype):
-            cpu_linear.pack_linears(model)
+            cpu_linear.pack_linears(model)  # large models only (MIN_WEIGHT_BYTES)
         mc = model.config
         use_paged = cfg.runner == "paged" or (
             cfg.runner == "auto" and type(model)._supports_attention_backend
