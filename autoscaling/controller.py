@@ -128,6 +128,8 @@ class ForecastController:
             ctl = self.cfg.controller
             saved = self.memory.history.saved_at_s
             self.clock = anchor_clock(ctl.clock_start_s, ctl.time_scale, saved, wall)
+            window_s = ctl.stabilization_window_s
+            self.memory.forget_stale_state(self.clock.now(wall), window_s)
         for dep in ("hot", "cold"):
             self.applied.setdefault(dep, counts[dep].live)
         model_now = self.clock.now(wall)

@@ -51,6 +51,25 @@ class ScalerMemory:
             restored=history is not None,
         )
 
+    def forget_stale_state(self, model_now_s: float, window_s: float) -> bool:
+        """Drop the restored policy state (held cold target, stabilisation window, panic hold)
+        when the history was saved more than one stabilisation window ago: that state only
+        says what the last window saw, and an app started after a pause would otherwise hold
+        the last run's cold replicas for another window with no evidence that it needs them.
+        A controller restarted mid-run (saved moments ago) keeps it. True when dropped."""
+        saved = self.history.saved_at_s
+        if saved is None or model_now_s - saved <= window_s or self.state == PolicyState():
+            return False
+        log.info(
+            "autoscaler state saved %.0f s ago (> the %.0f s stabilisation window): the cold "
+            "pool starts from the forecast, not from the last run's target %s",
+            model_now_s - saved,
+            window_s,
+            self.state.cold_target,
+        )
+        self.state = PolicyState.initial()
+        return True
+
     def tick(
         self, cfg: PolicyConfig, seen: step.Observed, model_now_s: float
     ) -> tuple[Decision, Forecast]:

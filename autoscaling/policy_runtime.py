@@ -93,6 +93,8 @@ class PolicyRuntime:
             ctl = self.cfg.controller
             saved = self.memory.history.saved_at_s
             self.clock = anchor_clock(ctl.clock_start_s, ctl.time_scale, saved, wall_s)
+            window_s = ctl.stabilization_window_s
+            self.memory.forget_stale_state(self.clock.now(wall_s), window_s)
         self.next_tick_s = wall_s + self.cfg.controller.interval_s
         self._tick(view, wall_s)
         return self.target

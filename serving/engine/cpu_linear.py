@@ -60,6 +60,11 @@ def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
     return device.type == "cpu" and dtype in PACKED_DTYPES and torch.backends.mkldnn.is_available()
 
 
+def pack_if_useful(model, enabled: bool, device: torch.device, dtype: torch.dtype) -> int:
+    """The engine's call: pack when the config allows it and the device and dtype gain."""
+    return pack_linears(model) if enabled and can_pack(device, dtype) else 0
+
+
 def pack_linears(model: torch.nn.Module, min_weight_bytes: int | None = None) -> int:
     """Replace every plain `nn.Linear` of `model` by a PackedLinear, in place; returns how many
     (0 when their weights total less than `min_weight_bytes`, default MIN_WEIGHT_BYTES).

@@ -66,8 +66,7 @@ class LLMEngine:
         self.clock = clock
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
-        if cfg.cpu_packed_linear and cpu_linear.can_pack(self.device, self.dtype):
-            cpu_linear.pack_linears(model)  # large models only (MIN_WEIGHT_BYTES)
+        cpu_linear.pack_if_useful(model, cfg.cpu_packed_linear, self.device, self.dtype)
         mc = model.config
         use_paged = cfg.runner == "paged" or (
             cfg.runner == "auto" and type(model)._supports_attention_backend
@@ -252,7 +251,7 @@ class LLMEngine:
     def _account(self, batch, touched: list[Sequence], num_sampled: int, step_s: float) -> None:
         now = self.clock()
         for seq in batch.admitted:
-            self.tracker.record_queue_wait(seq.admitted_s - seq.arrival_s, seq.tier.name.lower())
+            self.tracker.record_admission(seq.arrival_s, seq.admitted_s, seq.tier.name.lower())
         self.tracker.num_preemptions += len(batch.preempted)
         self.tracker.num_timeouts += len(batch.timed_out)
         for seq in touched:
@@ -362,7 +361,7 @@ class LLMEngine:
         running = {t.name.lower(): 0 for t in Tier}
         for seq in list(self.scheduler.running):  # a snapshot: a step may be running
             running[seq.tier.name.lower()] += 1
-        p50, p99 = self.tracker.queue_wait_percentiles()
+        p50, p99 = self.tracker.queue_wait_percentiles(now)
         return EngineStats(
             running_by_tier=running,
             waiting_by_tier=self._waiting_by_tier(),

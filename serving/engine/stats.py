@@ -44,10 +44,16 @@ class EngineStats:
 class StatsTracker:
     """Rolling windows of generated tokens and queue waits; time is always passed in."""
 
-    def __init__(self, window_s: float = 10.0, max_waits: int = 2048) -> None:
+    def __init__(
+        self, window_s: float = 10.0, max_waits: int = 2048, wait_window_s: float = 60.0
+    ) -> None:
         self.window_s = window_s
+        # The queue-wait percentiles cover admissions of the last wait_window_s only: they feed
+        # the autoscaler's emergency test, and one slow admission long ago (a busy minute, the
+        # replica's own start-up) must not read as a queue forever once traffic stops.
+        self.wait_window_s = wait_window_s
         self._tokens: deque[tuple[float, int]] = deque()
-        self._waits: deque[float] = deque(maxlen=max_waits)
+        self._waits: deque[tuple[float, float]] = deque(maxlen=max_waits)  # (admitted at, wait)
         self._max_waits = max_waits
         self._waits_by_tier: dict[str, deque[float]] = {}
         self._outputs: deque[int] = deque(maxlen=256)  # output tokens of recent finished requests
@@ -60,8 +66,15 @@ class StatsTracker:
         while self._tokens and self._tokens[0][0] < now - self.window_s:
             self._tokens.popleft()
 
-    def record_queue_wait(self, wait_s: float, tier: str | None = None) -> None:
-        self._waits.append(wait_s)
+    def clear(self) -> None:
+        """Forget everything measured so far (a replica's start-up self-check is not traffic)."""
+        self.__init__(self.window_s, self._max_waits, self.wait_window_s)
+
+    def record_admission(self, arrival_s: float, admitted_s: float, tier: str | None) -> None:
+        self.record_queue_wait(admitted_s - arrival_s, tier, admitted_s)
+
+    def record_queue_wait(self, wait_s: float, tier: str | None, now: float) -> None:
+        self._waits.append((now, wait_s))
         if tier is not None:
             waits = self._waits_by_tier.setdefault(tier, deque(maxlen=self._max_waits))
             waits.append(wait_s)
@@ -87,6 +100,8 @@ class StatsTracker:
         span = max(now - recent[0][0], 1e-9)
         return sum(n for _, n in recent[1:]) / span
 
-    def queue_wait_percentiles(self) -> tuple[float, float]:
-        waits = list(self._waits)
+    def queue_wait_percentiles(self, now: float) -> tuple[float, float]:
+        """p50 and p99 of the queue waits admitted in the last wait_window_s; 0 without any."""
+        since = now - self.wait_window_s
+        waits = [w for t, w in list(self._waits) if t >= since]
         return percentile(waits, 50), percentile(waits, 99)

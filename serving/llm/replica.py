@@ -76,6 +76,7 @@ class ModelReplica:
         if not out.token_ids or out.finish_reason not in ("stop", "length"):
             raise RuntimeError(f"self-check generation failed: {out}")
         self.engine.check_integrity()
+        self.engine.tracker.clear()  # the self-check is not traffic (its wait is start-up time)
 
     # ----- control plane -------------------------------------------------------------------
     def fingerprint(self) -> str:
