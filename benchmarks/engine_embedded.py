@@ -6,8 +6,10 @@ process, at the default dtype (`dtype: auto` on this machine), the same chat pro
 
 Every request generates exactly --max-tokens tokens (EOS ignored by both), greedily; each system
 runs --rounds times (3; 2 with --quick) alternating, and the best round of each is compared (the
-machine is shared: the best round is the least disturbed one). `generate_batch` gets the engine's
-per-step token budget and concurrency. Greedy outputs are compared request by request.
+machine is shared: the best round is the least disturbed one). A third system, the engine with
+`cpu_packed_linear: false`, shows what prepacking the CPU linear layers alone is worth.
+`generate_batch` gets the engine's per-step token budget and concurrency. Greedy outputs are
+compared request by request.
 """
 
 from __future__ import annotations
@@ -87,20 +89,30 @@ def load(args):
 
     model_dir = resolve_model_dir("embedded")
     engine = LLMEngine.from_pretrained(model_dir, EngineConfig(dtype=args.dtype, **ENGINE))
+    # The same engine without the prepacked CPU linear layers (serving/engine/cpu_linear.py):
+    # what packing alone is worth, in the same run.
+    unpacked = LLMEngine.from_pretrained(
+        model_dir, EngineConfig(dtype=args.dtype, cpu_packed_linear=False, **ENGINE)
+    )
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     # generate_batch gets its own copy: the engine installs its attention function on its model.
     from transformers import AutoModelForCausalLM
 
     peer = AutoModelForCausalLM.from_pretrained(model_dir, dtype=engine.dtype).eval()
-    return engine, peer, tokenizer
+    return engine, unpacked, peer, tokenizer
 
 
-def measure(args, engine, peer, prompts) -> tuple[dict, dict]:
+def measure(args, engine, unpacked, peer, prompts) -> tuple[dict, dict]:
     """Alternating rounds; wall seconds per round and the last outputs of each system."""
     warm = [prompts[0][:8]]
     run_engine(engine, warm, 4)
+    run_engine(unpacked, warm, 4)
     run_generate_batch(peer, warm, 4)
-    systems = {"engine": (run_engine, engine), "generate_batch": (run_generate_batch, peer)}
+    systems = {
+        "engine": (run_engine, engine),
+        "engine_unpacked": (run_engine, unpacked),
+        "generate_batch": (run_generate_batch, peer),
+    }
     walls: dict[str, list[float]] = {name: [] for name in systems}
     outs: dict[str, list] = {}
     for r in range(args.rounds):
@@ -119,6 +131,9 @@ def build_report(args, dtype: str, walls: dict, outs: dict) -> dict:
     tokens = args.num_requests * args.max_tokens
     tps = {k: tokens / min(v) for k, v in walls.items()}
     same = sum(a == b for a, b in zip(outs["engine"], outs["generate_batch"], strict=True))
+    same_unpacked = sum(
+        a == b for a, b in zip(outs["engine"], outs["engine_unpacked"], strict=True)
+    )
     ratio = tps["engine"] / tps["generate_batch"]
     workload = {
         "num_requests": args.num_requests,
@@ -140,17 +155,20 @@ def build_report(args, dtype: str, walls: dict, outs: dict) -> dict:
         "target": TARGET,
         "target_met": ratio >= TARGET,
         "greedy_outputs_equal": f"{same}/{args.num_requests}",
+        "ratio_packed_vs_unpacked_linear": tps["engine"] / tps["engine_unpacked"],
+        "greedy_outputs_equal_packed_vs_unpacked": f"{same_unpacked}/{args.num_requests}",
     }
 
 
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
-    engine, peer, tokenizer = load(args)
+    engine, unpacked, peer, tokenizer = load(args)
     prompts = encode(tokenizer, chat_prompts(args.num_requests))
-    walls, outs = measure(args, engine, peer, prompts)
+    walls, outs = measure(args, engine, unpacked, peer, prompts)
     report = build_report(args, str(engine.dtype).removeprefix("torch."), walls, outs)
-    print({k: report[k] for k in ("tokens_per_s", "ratio_engine_vs_generate_batch")})
+    keys = ("tokens_per_s", "ratio_engine_vs_generate_batch", "ratio_packed_vs_unpacked_linear")
+    print({k: report[k] for k in keys})
     if args.json:
         c.write_json(args.json, report)
 

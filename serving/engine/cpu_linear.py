@@ -2,11 +2,10 @@
 
 Why: a decode step multiplies a few rows (one per running sequence) by every weight matrix.
 `torch.nn.functional.linear` on CPU hands the weight to sgemm in its stored [out, in] layout,
-and the BLAS re-packs it on every call; with 16 rows that re-packing, not the arithmetic, is most
-of the step. Measured on this project's 2-vCPU AVX2 machine, SmolLM2-135M's shapes at 16 rows,
-weights not in cache: 0.89 -> 0.61 ms for a 576x1536 projection, 43 -> 17 ms for the 49152-row
-LM head (benchmarks/engine_embedded.py shows the whole step). vLLM's CPU backend does the same
-with its oneDNN matmul handles; PyTorch's inductor does it under `freezing`.
+and the BLAS re-packs it on every call; with a few rows that re-packing is a large share of
+the step. benchmarks/engine_embedded.py measures the engine with and without it in one run
+(SmolLM2-135M, 16 streams, this project's 2-vCPU AVX2 machine: 1.25x). vLLM's CPU backend does
+the same with its oneDNN matmul handles; PyTorch's inductor does it under `freezing`.
 
 The packed copy replaces the module (the [out, in] weight is dropped), except where the weight
 is shared with another module (a tied LM head): that one keeps its original for the embedding.
@@ -26,9 +25,9 @@ log = logging.getLogger(__name__)
 PACKED_DTYPES = (torch.float32,)
 
 # Below this many bytes of linear weights the whole model stays in the CPU's caches, the BLAS
-# packs from cache cheaply, and oneDNN's fixed cost per call (~50 us) loses: a 3 M-parameter
-# model's 256x688 projection at 1 row took 33 us with F.linear and 78 us packed. Above it, the
-# weights stream from DRAM every step and packing once wins (the measurements above).
+# packs from cache cheaply, and oneDNN's fixed cost per call (tens of microseconds) loses: by hand
+# on this machine, a cache-resident 256x688 projection at 1 row took 35 us with F.linear and 73 us
+# packed. Above it the weights stream from DRAM every step and packing once wins.
 MIN_WEIGHT_BYTES = 64 * 2**20
 
 
