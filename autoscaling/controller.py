@@ -32,7 +32,7 @@ from autoscaling.history_store import (
     decision_record,
     default_history_path,
 )
-from autoscaling.memory import ScalerMemory, anchor_clock
+from autoscaling.memory import ScalerMemory
 from autoscaling.policy import PolicyConfig
 from autoscaling.reporter import CONTROLLER_NAMESPACE, controller_name
 from autoscaling.serve_io import (
@@ -64,7 +64,7 @@ class ForecastController:
         ctl = self.cfg.controller
         self.app = ctl.app_name
         self.policy_cfg = PolicyConfig.from_app_config(self.cfg)
-        self.clock: ModelClock | None = None  # set once the app serves (memory.anchor_clock)
+        self.clock: ModelClock | None = None  # set once the app serves (ScalerMemory.start_clock)
         self.history_path = ctl.history_path or default_history_path(self.app)
         self.lock = threading.Lock()
         self.book = ReportBook()
@@ -125,11 +125,7 @@ class ForecastController:
         if self.clock is None:
             if counts["hot"].running < 1:
                 return  # still deploying
-            ctl = self.cfg.controller
-            saved = self.memory.history.saved_at_s
-            self.clock = anchor_clock(ctl.clock_start_s, ctl.time_scale, saved, wall)
-            window_s = ctl.stabilization_window_s
-            self.memory.forget_stale_state(self.clock.now(wall), window_s)
+            self.clock = self.memory.start_clock(self.cfg.controller, wall)
         for dep in ("hot", "cold"):
             self.applied.setdefault(dep, counts[dep].live)
         model_now = self.clock.now(wall)

@@ -51,6 +51,15 @@ class ScalerMemory:
             restored=history is not None,
         )
 
+    def start_clock(self, ctl, wall_s: float) -> ModelClock:
+        """Both scalers' first tick once the app serves: model time starts (`anchor_clock`,
+        resuming a compressed clock from the last save), and a restored policy state older
+        than one stabilisation window is dropped (`forget_stale_state`). `ctl` is the app's
+        `controller` config section."""
+        clock = anchor_clock(ctl.clock_start_s, ctl.time_scale, self.history.saved_at_s, wall_s)
+        self.forget_stale_state(clock.now(wall_s), ctl.stabilization_window_s)
+        return clock
+
     def forget_stale_state(self, model_now_s: float, window_s: float) -> bool:
         """Drop the restored policy state (held cold target, stabilisation window, panic hold)
         when the history was saved more than one stabilisation window ago: that state only

@@ -24,7 +24,7 @@ from autoscaling.history_store import (
     decision_record,
     default_history_path,
 )
-from autoscaling.memory import ScalerMemory, anchor_clock
+from autoscaling.memory import ScalerMemory
 from autoscaling.policy import PolicyConfig
 from autoscaling.signals import ModelClock, RateMeter, lead_override_s
 from serving.config import AppConfig
@@ -90,11 +90,7 @@ class PolicyRuntime:
         if self.clock is None:
             if view.hot_running < 1:
                 return None  # still deploying: the day starts when the app serves
-            ctl = self.cfg.controller
-            saved = self.memory.history.saved_at_s
-            self.clock = anchor_clock(ctl.clock_start_s, ctl.time_scale, saved, wall_s)
-            window_s = ctl.stabilization_window_s
-            self.memory.forget_stale_state(self.clock.now(wall_s), window_s)
+            self.clock = self.memory.start_clock(self.cfg.controller, wall_s)
         self.next_tick_s = wall_s + self.cfg.controller.interval_s
         self._tick(view, wall_s)
         return self.target

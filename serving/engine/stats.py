@@ -71,10 +71,8 @@ class StatsTracker:
         self.__init__(self.window_s, self._max_waits, self.wait_window_s)
 
     def record_admission(self, arrival_s: float, admitted_s: float, tier: str | None) -> None:
-        self.record_queue_wait(admitted_s - arrival_s, tier, admitted_s)
-
-    def record_queue_wait(self, wait_s: float, tier: str | None, now: float) -> None:
-        self._waits.append((now, wait_s))
+        wait_s = admitted_s - arrival_s
+        self._waits.append((admitted_s, wait_s))
         if tier is not None:
             waits = self._waits_by_tier.setdefault(tier, deque(maxlen=self._max_waits))
             waits.append(wait_s)

@@ -59,3 +59,15 @@ def test_a_controller_restarted_mid_run_keeps_its_target(tmp_path):
     memory = _memory_with_held_target(tmp_path, saved_at_s=1000.0)
     assert not memory.forget_stale_state(model_now_s=1030.0, window_s=120.0)
     assert memory.state.cold_target == 2 and memory.state.panic_until_s == 1050.0
+
+
+def test_starting_the_clock_drops_a_stale_target(tmp_path):
+    from types import SimpleNamespace
+
+    from autoscaling.policy import PolicyState
+
+    memory = _memory_with_held_target(tmp_path, saved_at_s=1000.0)
+    ctl = SimpleNamespace(clock_start_s=None, time_scale=1.0, stabilization_window_s=120.0)
+    clock = memory.start_clock(ctl, wall_s=1600.0)  # real time: the app ran last 600 s ago
+    assert clock.now(1600.0) == 1600.0
+    assert memory.state == PolicyState.initial()
