@@ -142,6 +142,7 @@ class ForecastController:
             queue_wait_s=signals.queue_wait_s,
             cold_start_p95_s=None if p95_wall is None else self.clock.to_model_s(p95_wall),
             lead_override_s=lead_override_s(self.cfg.controller, model_now),
+            rate_at_s=None if self.rate.mid_s is None else self.clock.now(self.rate.mid_s),
         )
         decision, forecast = self.memory.tick(self.policy_cfg, seen, model_now)
         changed = self._apply("hot", decision.hot_target, counts["hot"].live, wall)

@@ -16,7 +16,7 @@ and when Serve's controller restarts) and written atomically on a change or ever
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from autoscaling import step
@@ -117,6 +117,9 @@ class PolicyRuntime:
         if view.ingress is not None and view.ingress_sample_s is not None:
             rate = self.rate.update(view.ingress.num_requests, view.ingress_sample_s)
         seen = self._observed(view, rate, model_now)
+        if rate is not None and self.rate.mid_s is not None:
+            # the ingress's counts span the previous report to this one (wall time)
+            seen = replace(seen, rate_at_s=self.clock.now(self.rate.mid_s))
         decision, forecast = self.memory.tick(self.policy_cfg, seen, model_now)
         target = decision.cold_target
         current = view.cold_target if self.target is None else self.target

@@ -70,13 +70,17 @@ class RateMeter:
 
     def __init__(self) -> None:
         self._last: tuple[float, int] | None = None
+        # the middle of the span the last rate was measured over: the time the rate belongs to
+        self.mid_s: float | None = None
 
     def update(self, cumulative: int, t_s: float) -> float | None:
         """The rate since the previous reading; None on the first one, after a counter reset
         (the ingress restarted) or when no time passed. None is a missing window, not zero."""
         last, self._last = self._last, (t_s, cumulative)
         if last is None or cumulative < last[1] or t_s <= last[0]:
+            self.mid_s = None
             return None
+        self.mid_s = (last[0] + t_s) / 2
         return (cumulative - last[1]) / (t_s - last[0])
 
 

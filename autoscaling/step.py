@@ -40,6 +40,10 @@ class Observed:
     cold_start_p95_s: float | None = None
     lead_override_s: float | None = None
     offline_cold_replicas: int = 0  # the batch lane's ask (a floor on the cold target)
+    # the time the rate was measured at (the middle of its counting span), when it is not now:
+    # a rate counted over the last interval and reported late belongs to that interval, and
+    # stamping it "now" compares a ramp's old rate with the profile of its new level
+    rate_at_s: float | None = None
 
 
 def tick(
@@ -50,8 +54,9 @@ def tick(
     obs: Observed,
     now_s: float,
 ) -> tuple[Decision, PolicyState, Forecast]:
-    forecaster.observe(now_s, obs.rate_rps)
-    learner.observe(now_s, obs.rate_rps)
+    seen_at_s = now_s if obs.rate_at_s is None else min(obs.rate_at_s, now_s)
+    forecaster.observe(seen_at_s, obs.rate_rps)
+    learner.observe(seen_at_s, obs.rate_rps)
     ready = obs.hot_ready + obs.cold_ready
     learner.feedback_on(
         now_s, obs.rate_rps, in_distress(obs.queue_wait_s, obs.queue_depth, ready, cfg)

@@ -85,7 +85,10 @@ def controller_section(history_path) -> dict:
         "time_scale": TIME_SCALE,
         "clock_start_s": START_S,
         "history_path": str(history_path),
-        "replica_capacity_rps": 1.5,  # peak 3 rps -> 3 replicas (1 hot + 2 cold); base -> hot only
+        # peak 3 rps x headroom ~1.18 -> 3 replicas (1 hot + 2 cold) with a forecast as low as
+        # 2.2 rps (at 1.5 rps a replica it took 2.55: one noisy base-load tick cost the second
+        # cold replica); base 0.5 rps, even read as 1 rps -> hot only
+        "replica_capacity_rps": 1.3,
         "target_utilization": 0.85,
         "cold_start_margin_s": MARGIN_S,
         # Four ticks: a dip of the forecast just before the ramp must not cancel the pre-warm

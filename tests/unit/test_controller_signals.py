@@ -43,9 +43,13 @@ def test_a_newer_report_replaces_the_replicas_last_one():
 def test_rate_from_a_cumulative_counter_and_missing_windows():
     meter = RateMeter()
     assert meter.update(100, t_s=0.0) is None  # first reading
+    assert meter.mid_s is None
     assert meter.update(120, t_s=10.0) == 2.0
+    assert meter.mid_s == 5.0  # the rate belongs to the middle of the span it counted
     assert meter.update(5, t_s=20.0) is None  # the counter went back: the ingress restarted
+    assert meter.mid_s is None
     assert meter.update(15, t_s=25.0) == 2.0
+    assert meter.mid_s == 22.5
 
 
 def test_model_clock_scales_time_not_rates():
