@@ -60,17 +60,21 @@ def requests(n: int, vocab: int, prompt_max: int, out_tokens: int) -> list[c.Req
     ]
 
 
-def run_engine(model, reqs: list[c.Request], kv_bytes: int) -> c.RunResult:
+def run_engine(
+    model, reqs: list[c.Request], kv_bytes: int, decode_attention: str = "auto"
+) -> c.RunResult:
     from benchmarks.engine_throughput import _drive_engine
     from serving.engine import EngineConfig, LLMEngine
 
-    cfg = EngineConfig(kv_cache_bytes=kv_bytes, **ENGINE)
+    cfg = EngineConfig(kv_cache_bytes=kv_bytes, decode_attention=decode_attention, **ENGINE)
     eng = LLMEngine(model, config=cfg)
+    c.log(f"engine decode attention: {eng.runner.decode_attention} (asked: {decode_attention})")
     _drive_engine(eng, reqs[:2])  # warm-up
     wall, first, done, seqs = _drive_engine(eng, reqs)
     order = range(len(reqs))
     outputs = [seqs[i].output_token_ids for i in order]
-    res = c.RunResult("tideserve", wall, sum(map(len, outputs)), [done[i] for i in order],
+    name = "tideserve" if decode_attention == "auto" else f"tideserve_{decode_attention}"
+    res = c.RunResult(name, wall, sum(map(len, outputs)), [done[i] for i in order],
                       [first[i] for i in order], outputs)  # fmt: skip
     model.set_attn_implementation("sdpa")  # give the model back for the other systems
     return res
@@ -88,7 +92,8 @@ def bench_shape(shape: str, args) -> dict:
     kv_bytes = 2 * 2**30 if args.device == "cpu" else 16 * 2**30
     results, failed = {}, {}
     plan = {
-        "tideserve": lambda: run_engine(model, reqs, kv_bytes),
+        "tideserve": lambda: run_engine(model, reqs, kv_bytes),  # auto: flex on CUDA
+        "tideserve_gather": lambda: run_engine(model, reqs, kv_bytes, "gather"),
         "transformers_cb": lambda: run_transformers_cb("transformers_cb", model, reqs, 64),
         "static_batch_32": lambda: run_hf_batches("static_batch_32", model, reqs, 32),
     }
@@ -113,6 +118,7 @@ def bench_shape(shape: str, args) -> dict:
         "failed": failed,
         "ratio_vs_transformers_cb": c.ratio(ours, s.get("transformers_cb"), "tokens_per_s"),
         "ratio_vs_static_batch_32": c.ratio(ours, s.get("static_batch_32"), "tokens_per_s"),
+        "ratio_auto_vs_gather_decode": c.ratio(ours, s.get("tideserve_gather"), "tokens_per_s"),
         "seconds": time.perf_counter() - t0,
     }
 

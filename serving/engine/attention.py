@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 
 from capacity.memory import paging_layout
+from serving.engine import flex_decode
 from serving.engine.features import UnsupportedModelError, check_attention_kwargs, model_name
 from serving.engine.kv_cache import GroupedKVCache
 
@@ -61,6 +62,9 @@ class PagedMetadata:
     prefills: list[PrefillSegment] = field(default_factory=list)
     # Masks derived once per step and shared by the layers that need them (sliding windows).
     derived: dict = field(default_factory=dict)
+    # "gather": copy each decode group's blocks, then SDPA; "flex": FlexAttention reads the
+    # cache in place through a block mask (serving/engine/flex_decode.py)
+    decode_attention: str = "gather"
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +140,22 @@ def _decode_window(paged: PagedMetadata, group: DecodeGroup, window: int, bs: in
     return paged.derived[key]
 
 
+def _flex(q, cache, group: DecodeGroup, spec: _Spec, paged, blocks) -> torch.Tensor:
+    """The group's rows through FlexAttention over the cache in place -> [B, H, D]."""
+    key = ("flex", group.start, blocks.data_ptr())  # one mask per group and paging group
+    meta = paged.derived.get(key)
+    if meta is None:
+        lens = group.mask.sum(-1).view(-1)
+        meta = flex_decode.decode_meta(blocks, lens, cache.shape[2], cache.shape[3])
+        paged.derived[key] = meta
+    qg = q[:, group.start : group.end].transpose(0, 1)  # [B, H, D]
+    return flex_decode.flex_decode(qg, cache, meta, spec.scale, spec.softcap)
+
+
 def _decode(q, cache, group: DecodeGroup, spec: _Spec, paged, blocks) -> torch.Tensor:
     """q [H, T, D]; the group's rows, one query per sequence -> [B, H, D]."""
+    if paged.decode_attention == "flex" and spec.window is None:
+        return _flex(q, cache, group, spec, paged, blocks)
     heads, _, dim = q.shape
     b = group.end - group.start
     mask = group.mask

@@ -11,6 +11,7 @@ KVMode = Literal["reserve", "on_demand"]
 KV_MODES = ("reserve", "on_demand")
 RUNNERS = ("auto", "paged", "hf")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
+DECODE_ATTENTION = ("auto", "gather", "flex")
 
 _OWNER = "EngineConfig"
 
@@ -76,11 +77,17 @@ class EngineConfig:
     # oneDNN's blocked layout, packed once at load, so small-batch decode matmuls do not re-pack
     # them every step (serving/engine/cpu_linear.py). Off: plain torch.nn.functional.linear.
     cpu_packed_linear: bool = True
+    # How the paged runner's decode rows read the KV cache. gather: copy each decode group's
+    # blocks, then SDPA (fastest on CPU); flex: FlexAttention reads the cache in place through
+    # a block mask built from the block tables (serving/engine/flex_decode.py); auto: flex on
+    # CUDA, gather elsewhere.
+    decode_attention: str = "auto"
 
     def __post_init__(self) -> None:
         check_choice(_OWNER, "kv_mode", self.kv_mode, KV_MODES)
         check_choice(_OWNER, "runner", self.runner, RUNNERS)
         check_choice(_OWNER, "dtype", self.dtype, DTYPES)
+        check_choice(_OWNER, "decode_attention", self.decode_attention, DECODE_ATTENTION)
         check_range(_OWNER, "seed", self.seed, 0, 2**63 - 1, integer=True)
         check_range(_OWNER, "block_size_tokens", self.block_size_tokens, 1, 1024, integer=True)
         if self.num_kv_blocks is not None:

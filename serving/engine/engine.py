@@ -88,7 +88,7 @@ class LLMEngine:
         self.runner: Runner
         if use_paged:
             self.kv_cache = loader.allocate_kv_cache(mc, self.dtype, self.device, self.pool)
-            self.runner = PagedRunner(model, self.kv_cache, self.pool)
+            self.runner = PagedRunner(model, self.kv_cache, self.pool, cfg.decode_attention)
         else:
             self.runner = HFRunner(model, self.device)
         self._inbox: deque[tuple[str, object]] = deque()

@@ -14,6 +14,7 @@ import torch
 
 from serving.engine import attention
 from serving.engine.attention import DecodeGroup, PagedMetadata, PrefillSegment
+from serving.engine.flex_decode import probe_flex, resolve_decode_attention
 from serving.engine.kv_blocks import BlockPool
 from serving.engine.sampler import sample
 from serving.engine.scheduler import ScheduledBatch
@@ -26,6 +27,12 @@ class Runner(Protocol):
     last_forward_s: float
 
     def run(self, batch: ScheduledBatch) -> list[int]: ...
+
+    def _probe_flex(self, model) -> str | None:
+        layer = self.kv_cache[0]  # [2, kv_heads, blocks + 1, block_size, head_dim]
+        heads = model.config.get_text_config().num_attention_heads
+        kv_heads, dim = layer.shape[1], layer.shape[-1]
+        return probe_flex(self.device, layer.dtype, heads, kv_heads, dim, self.block_size)
 
     def release(self, request_id: str) -> None:
         """Forget per-sequence state of a finished or aborted request."""
@@ -98,14 +105,25 @@ def _rows_of(batch: ScheduledBatch, rows: list[int]) -> list[Sequence]:
 
 
 class PagedRunner:
-    def __init__(self, model, kv_cache: torch.Tensor, pool: BlockPool) -> None:
+    def __init__(
+        self, model, kv_cache: torch.Tensor, pool: BlockPool, decode_attention: str = "gather"
+    ) -> None:
         self.model = model
         self.kv_cache = kv_cache
         self.pool = pool
         self.block_size = pool.block_size_tokens
         self.device = kv_cache.device
+        self.decode_attention = resolve_decode_attention(
+            decode_attention, self.device, lambda: self._probe_flex(model)
+        )
         self.last_forward_s = 0.0
         model.set_attn_implementation(attention.register())
+
+    def _probe_flex(self, model) -> str | None:
+        layer = self.kv_cache[0]  # [2, kv_heads, blocks + 1, block_size, head_dim]
+        heads = model.config.get_text_config().num_attention_heads
+        kv_heads, dim = layer.shape[1], layer.shape[-1]
+        return probe_flex(self.device, layer.dtype, heads, kv_heads, dim, self.block_size)
 
     def release(self, request_id: str) -> None:
         pass  # all state is in the block pool, which the scheduler frees
@@ -173,6 +191,7 @@ class PagedRunner:
             kv_cache=self.kv_cache,
             slot_mapping=to_device(slots, self.device),
             prefills=segments,
+            decode_attention=self.decode_attention,
         )
         decodes = [batch.seqs[i] for i in order]
         for start, end in group_by_length([s.num_computed_tokens + 1 for s in decodes]):
@@ -213,6 +232,12 @@ class HFRunner:
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._caches: dict[str, object] = {}
+
+    def _probe_flex(self, model) -> str | None:
+        layer = self.kv_cache[0]  # [2, kv_heads, blocks + 1, block_size, head_dim]
+        heads = model.config.get_text_config().num_attention_heads
+        kv_heads, dim = layer.shape[1], layer.shape[-1]
+        return probe_flex(self.device, layer.dtype, heads, kv_heads, dim, self.block_size)
 
     def release(self, request_id: str) -> None:
         self._caches.pop(request_id, None)

@@ -57,3 +57,19 @@ def test_bfloat16_on_cuda_runs_and_mostly_agrees_with_generate():
     first_agree = sum(o.token_ids[0] == r[0] for o, r in zip(outs, refs, strict=True))
     assert first_agree >= 14, f"only {first_agree}/16 first tokens agree"
     assert all(o.finish_reason in ("stop", "length") for o in outs)
+
+
+def test_flex_decode_is_the_cuda_default_and_equals_the_gather_path():
+    # auto picks FlexAttention (compiled, reading the cache in place) on CUDA; in float32 its
+    # greedy outputs equal the gather + SDPA path's token for token.
+    model = tiny_model("qwen3").to("cuda")
+    prompts = random_prompts(16, seed=23)
+    outs = {}
+    for choice in ("auto", "gather"):
+        cfg = EngineConfig(device="cuda", dtype="float32", decode_attention=choice)
+        engine = LLMEngine(model, config=cfg)
+        assert engine.runner.decode_attention == ("flex" if choice == "auto" else "gather")
+        done = engine.generate(prompts, SamplingParams(max_tokens=24, temperature=0))
+        outs[choice] = [o.token_ids for o in done]
+        engine.check_integrity()
+    assert outs["auto"] == outs["gather"]

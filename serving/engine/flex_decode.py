@@ -1,0 +1,174 @@
+"""Decode attention that reads the paged cache in place: FlexAttention over block tables.
+
+The gather path (serving/engine/attention.py) copies every block of a decode group into a
+contiguous [2, kv_heads, B, L, head_dim] tensor, per layer, per step, then runs SDPA. On a GPU
+that copy is as much memory traffic as the attention itself. Here the whole layer cache,
+viewed flat as [1, kv_heads, num_blocks * block_size, head_dim], is the key/value of every
+row, and a BlockMask tells the kernel which blocks each row reads:
+
+  batch b = decode row b (one query each);  kv block j of row b = its table entry j
+  mask_mod(b, h, q, kv) = kv's block is the table entry `logical` of row b (physical_to_logical)
+                          and logical * block_size + kv % block_size < the row's length
+
+Compiled (CUDA), the kernel visits only each row's own blocks (`kv_indices`) and the mask only
+cuts the last block's tail. Eager (CPU tests), flex_attention evaluates mask_mod on every slot
+of the cache, which is why the mask alone must be exact: it is, through physical_to_logical.
+
+The metadata is built once per step and decode group, with tensor ops on the device, and
+shared by every layer of the same paging group. Sliding-window layers keep the gather path
+(their windowed gather already reads only the window).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+try:  # torch >= 2.5; the engine refuses decode_attention=flex without it
+    from torch.nn.attention.flex_attention import BlockMask, flex_attention
+except ImportError:  # pragma: no cover - older torch
+    BlockMask, flex_attention = None, None
+
+log = logging.getLogger(__name__)
+_compiled: dict[str, Any] = {}
+
+
+def flex_available() -> bool:
+    return flex_attention is not None
+
+
+def resolve_decode_attention(choice: str, device: torch.device, probe=None) -> str:
+    """`decode_attention` of the engine config -> "flex" or "gather" for this device.
+
+    probe() -> None when flex works here, else why not (`probe_flex` on the engine's shapes).
+    auto takes flex on CUDA only when the probe passes, and says why when it does not; an
+    explicit flex whose probe fails is an error."""
+    if choice == "gather":
+        return choice
+    if not flex_available():
+        if choice == "auto":
+            return "gather"
+        raise ValueError(
+            f"EngineConfig.decode_attention='flex' needs torch.nn.attention.flex_attention, "
+            f"which torch {torch.__version__} lacks; allowed here: 'auto', 'gather'"
+        )
+    if choice == "auto" and device.type != "cuda":
+        return "gather"  # eager flex is dense over the cache: the gather path is faster on CPU
+    failure = None if probe is None else probe()
+    if failure is None:
+        return "flex"
+    if choice == "flex":
+        raise ValueError(f"EngineConfig.decode_attention='flex' does not work here: {failure}")
+    log.warning("decode attention: gather (flex failed its check on %s: %s)", device, failure)
+    return "gather"
+
+
+def probe_flex(
+    device: torch.device, dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int, bs: int
+) -> str | None:
+    """Run flex_decode once on the engine's shapes against the gathered reference; None when
+    it agrees, else what went wrong (a compile error on this GPU, a wrong answer)."""
+    try:
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        cache = torch.randn(2, kv_heads, 4, bs, head_dim, generator=gen).to(device, dtype)
+        q = torch.randn(2, heads, head_dim, generator=gen).to(device, dtype)
+        lens = [bs + 1, 1]  # row 0: blocks [2, 0], one token into the second; row 1: block [3]
+        blocks = torch.tensor([2, 0, 3, 0], device=device)
+        got = flex_decode(q, cache, decode_meta(blocks, torch.tensor(lens, device=device), 4, bs))
+        group = heads // kv_heads
+        for b, table in enumerate(([2, 0], [3])):
+            kv = cache[:, :, table].flatten(2, 3)[:, :, : lens[b]]
+            want = torch.nn.functional.scaled_dot_product_attention(
+                q[b].unsqueeze(1),
+                kv[0].repeat_interleave(group, 0),
+                kv[1].repeat_interleave(group, 0),
+            ).squeeze(1)
+            err = (got[b].float() - want.float()).abs().max().item()
+            if not err <= 2e-2:
+                return f"row {b} differs from the gathered reference by {err:.3g}"
+    except Exception as exc:  # a kernel that cannot compile here must not take the engine down
+        return f"{type(exc).__name__}: {str(exc)[:300]}"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class FlexDecodeMeta:
+    block_mask: Any  # BlockMask over [rows, 1, 1, num_cache_blocks * block_size]
+
+
+def decode_meta(
+    blocks: torch.Tensor, lens: torch.Tensor, num_cache_blocks: int, block_size: int
+) -> FlexDecodeMeta:
+    """The BlockMask of one decode group.
+
+    blocks: [rows * blocks_per_row] padded block tables (padding may name any block: it is cut
+    by the length); lens: [rows] context lengths, the new token included.
+    """
+    rows = lens.numel()
+    dev = blocks.device
+    table = blocks.view(rows, -1).long()
+    per_row = table.shape[1]
+    used = torch.div(lens + block_size - 1, block_size, rounding_mode="floor").to(torch.int32)
+    logical = torch.arange(per_row, device=dev).expand(rows, per_row)
+    real = logical < used.unsqueeze(1)
+    # physical block -> its index in the row's table, -1 where the row does not own it; a
+    # padding entry writes to the extra column, so it never hides a real entry
+    p2l = torch.full((rows, num_cache_blocks + 1), -1, dtype=torch.long, device=dev)
+    p2l.scatter_(1, torch.where(real, table, num_cache_blocks), logical)
+    p2l = p2l[:, :num_cache_blocks]
+    lens_long = lens.long()
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        lb = p2l[b, kv_idx // block_size]
+        return (lb >= 0) & (lb * block_size + kv_idx % block_size < lens_long[b])
+
+    kv_indices = torch.where(real, table, 0).to(torch.int32).view(rows, 1, 1, per_row)
+    block_mask = BlockMask.from_kv_blocks(
+        used.view(rows, 1, 1),
+        kv_indices,
+        BLOCK_SIZE=(1, block_size),
+        mask_mod=mask_mod,
+        seq_lengths=(1, num_cache_blocks * block_size),
+        compute_q_blocks=False,  # forward only: no transposed (backward) index
+    )
+    return FlexDecodeMeta(block_mask)
+
+
+def _kernel():
+    """flex_attention compiled on CUDA (a fused kernel that skips unread blocks); eager
+    elsewhere (the reference implementation: exact, and dense over the cache)."""
+    if "fn" not in _compiled:
+        _compiled["fn"] = torch.compile(flex_attention, dynamic=True)
+    return _compiled["fn"]
+
+
+def flex_decode(
+    q: torch.Tensor,
+    layer_cache: torch.Tensor,
+    meta: FlexDecodeMeta,
+    scale: float | None = None,
+    softcap: float | None = None,
+) -> torch.Tensor:
+    """q [B, H, D] (one query a row) over layer_cache [2, Hkv, num_blocks, bs, D] -> [B, H, D]."""
+    two, kv_heads, num_blocks, bs, dim = layer_cache.shape
+    flat = layer_cache.view(two, 1, kv_heads, num_blocks * bs, dim)
+    score_mod = None
+    if softcap is not None:
+
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return torch.tanh(score / softcap) * softcap
+
+    fn = _kernel() if q.device.type == "cuda" else flex_attention
+    out = fn(
+        q.unsqueeze(2),  # [B, H, 1, D]
+        flat[0],
+        flat[1],
+        score_mod=score_mod,
+        block_mask=meta.block_mask,
+        scale=scale,
+        enable_gqa=kv_heads != q.shape[1],
+    )
+    return out.squeeze(2)
