@@ -7,9 +7,9 @@ interpolated, for fitting only) and forecast the same target window:
   once a day, and before every prediction the fixed-parameter model is re-run over all known
   windows (filtering only), so it predicts from the latest data as the others do.
 * Both predict the last value until two whole days are known (their seasonal starts need them).
-* mstl: MSTL decomposition (daily, and weekly once two weeks are known) refitted once a day; the
-  prediction is the mean deseasonalised level of the last two known windows plus each seasonal
-  component one period before the target.
+* mstl: MSTL decomposition (daily, and weekly once more than two weeks are known) refitted
+  once a day; the prediction is the mean deseasonalised level of the last two known windows
+  plus each seasonal component one period before the target.
 """
 
 from __future__ import annotations
@@ -78,11 +78,13 @@ class MSTLPeer:
         from statsmodels.tsa.seasonal import MSTL
 
         y = _filled(known)
-        if len(y) < 2 * DAY:  # MSTL needs two whole periods: last value until then
+        # MSTL drops a period that is not under half the series (and then fails with no
+        # period left): it needs more than two whole days; last value until then
+        if len(y) <= 2 * DAY:
             return float(y[-1])
         day = len(y) // DAY
         if day != self._fitted_day:
-            self._periods = (DAY, 7 * DAY) if len(y) >= 14 * DAY else (DAY,)
+            self._periods = (DAY, 7 * DAY) if len(y) > 14 * DAY else (DAY,)
             res = MSTL(y, periods=self._periods).fit()
             seasonal = np.asarray(res.seasonal)
             self._seasonal = seasonal.reshape(len(y), -1)
