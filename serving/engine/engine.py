@@ -382,7 +382,7 @@ class LLMEngine:
             num_preemptions=self.tracker.num_preemptions,
             num_finished=self.tracker.num_finished,
             num_timeouts=self.tracker.num_timeouts,
-            queue_wait_p50_by_tier=self.tracker.queue_wait_p50_by_tier(),
+            queue_wait_p50_by_tier=self.tracker.queue_wait_p50_by_tier(now),
         )
 
     def _waiting_by_tier(self) -> dict[str, int]:

@@ -55,7 +55,7 @@ class StatsTracker:
         self._tokens: deque[tuple[float, int]] = deque()
         self._waits: deque[tuple[float, float]] = deque(maxlen=max_waits)  # (admitted at, wait)
         self._max_waits = max_waits
-        self._waits_by_tier: dict[str, deque[float]] = {}
+        self._waits_by_tier: dict[str, deque[tuple[float, float]]] = {}
         self._outputs: deque[int] = deque(maxlen=256)  # output tokens of recent finished requests
         self.num_preemptions = 0
         self.num_finished = 0
@@ -75,7 +75,7 @@ class StatsTracker:
         self._waits.append((admitted_s, wait_s))
         if tier is not None:
             waits = self._waits_by_tier.setdefault(tier, deque(maxlen=self._max_waits))
-            waits.append(wait_s)
+            waits.append((admitted_s, wait_s))
 
     def record_output(self, num_output_tokens: int) -> None:
         self._outputs.append(num_output_tokens)
@@ -87,8 +87,15 @@ class StatsTracker:
         outputs = list(self._outputs)
         return float(percentile(outputs, 90)) if outputs else None
 
-    def queue_wait_p50_by_tier(self) -> dict[str, float]:
-        return {tier: percentile(list(w), 50) for tier, w in list(self._waits_by_tier.items())}
+    def queue_wait_p50_by_tier(self, now: float) -> dict[str, float]:
+        """Per tier, the p50 queue wait of the last wait_window_s (tiers seen in it only)."""
+        since = now - self.wait_window_s
+        out = {}
+        for tier, waits in list(self._waits_by_tier.items()):
+            recent = [w for t, w in list(waits) if t >= since]
+            if recent:
+                out[tier] = percentile(recent, 50)
+        return out
 
     def tokens_per_s(self, now: float) -> float:
         # list() copies in one C call under the GIL: safe while the engine thread appends.

@@ -23,6 +23,18 @@ def test_queue_wait_percentiles_cover_the_last_window_only():
     assert tracker.queue_wait_percentiles(now=200.0) == (0.0, 0.0)
 
 
+def test_per_tier_median_waits_cover_the_last_window_only():
+    tracker = StatsTracker(wait_window_s=60.0)
+    tracker.record_admission(arrival_s=0.0, admitted_s=3.0, tier="offline")
+    for t in range(10, 13):
+        tracker.record_admission(arrival_s=t, admitted_s=t + 0.2, tier="interactive")
+    p50 = tracker.queue_wait_p50_by_tier(now=20.0)
+    assert p50 == {"offline": pytest.approx(3.0), "interactive": pytest.approx(0.2)}
+    # the offline wait is 61 s old: its tier drops out rather than reading as a queue
+    assert tracker.queue_wait_p50_by_tier(now=63.5) == {"interactive": pytest.approx(0.2)}
+    assert tracker.queue_wait_p50_by_tier(now=200.0) == {}
+
+
 def test_clear_forgets_waits_tokens_and_counts():
     tracker = StatsTracker()
     tracker.record_admission(0.0, 3.0, "interactive")
