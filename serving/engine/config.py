@@ -80,7 +80,7 @@ class EngineConfig:
     # How the paged runner's decode rows read the KV cache. gather: copy each decode group's
     # blocks, then SDPA (fastest on CPU); flex: FlexAttention reads the cache in place through
     # a block mask built from the block tables (serving/engine/flex_decode.py); auto: flex on
-    # CUDA, gather elsewhere.
+    # CUDA when its start-up check against gather passes, gather elsewhere.
     decode_attention: str = "auto"
 
     def __post_init__(self) -> None:
