@@ -16,7 +16,7 @@ and when Serve's controller restarts) and written atomically on a change or ever
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from autoscaling import step
@@ -108,6 +108,8 @@ class PolicyRuntime:
             cold_start_p95_s=None if p95_wall is None else self.clock.to_model_s(p95_wall),
             lead_override_s=lead_override_s(self.cfg.controller, model_now_s),
             offline_cold_replicas=0 if view.ingress is None else view.ingress.offline_cold_replicas,
+            # the ingress's counts span its previous report to this one (wall time)
+            rate_at_s=None if rate is None else self.clock.now(self.rate.mid_s),
         )
 
     def _tick(self, view: PoolView, wall_s: float) -> None:
@@ -117,9 +119,6 @@ class PolicyRuntime:
         if view.ingress is not None and view.ingress_sample_s is not None:
             rate = self.rate.update(view.ingress.num_requests, view.ingress_sample_s)
         seen = self._observed(view, rate, model_now)
-        if rate is not None and self.rate.mid_s is not None:
-            # the ingress's counts span the previous report to this one (wall time)
-            seen = replace(seen, rate_at_s=self.clock.now(self.rate.mid_s))
         decision, forecast = self.memory.tick(self.policy_cfg, seen, model_now)
         target = decision.cold_target
         current = view.cold_target if self.target is None else self.target

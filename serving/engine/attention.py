@@ -143,13 +143,13 @@ def _decode_window(paged: PagedMetadata, group: DecodeGroup, window: int, bs: in
 def _flex(q, cache, group: DecodeGroup, spec: _Spec, paged, blocks) -> torch.Tensor:
     """The group's rows through FlexAttention over the cache in place -> [B, H, D]."""
     key = ("flex", group.start, blocks.data_ptr())  # one mask per group and paging group
-    meta = paged.derived.get(key)
-    if meta is None:
+    block_mask = paged.derived.get(key)
+    if block_mask is None:
         lens = group.mask.sum(-1).view(-1)
-        meta = flex_decode.decode_meta(blocks, lens, cache.shape[2], cache.shape[3])
-        paged.derived[key] = meta
+        block_mask = flex_decode.decode_block_mask(blocks, lens, cache.shape[2], cache.shape[3])
+        paged.derived[key] = block_mask
     qg = q[:, group.start : group.end].transpose(0, 1)  # [B, H, D]
-    return flex_decode.flex_decode(qg, cache, meta, spec.scale, spec.softcap)
+    return flex_decode.flex_decode(qg, cache, block_mask, spec.scale, spec.softcap)
 
 
 def _decode(q, cache, group: DecodeGroup, spec: _Spec, paged, blocks) -> torch.Tensor:

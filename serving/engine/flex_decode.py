@@ -21,9 +21,8 @@ shared by every layer of the same paging group. Sliding-window layers keep the g
 
 from __future__ import annotations
 
+import functools
 import logging
-from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -33,7 +32,6 @@ except ImportError:  # pragma: no cover - older torch
     BlockMask, flex_attention = None, None
 
 log = logging.getLogger(__name__)
-_compiled: dict[str, Any] = {}
 
 
 def flex_available() -> bool:
@@ -69,39 +67,36 @@ def resolve_decode_attention(choice: str, device: torch.device, probe=None) -> s
 def probe_flex(
     device: torch.device, dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int, bs: int
 ) -> str | None:
-    """Run flex_decode once on the engine's shapes against the gathered reference; None when
-    it agrees, else what went wrong (a compile error on this GPU, a wrong answer)."""
+    """Run one decode group through both of the engine's decode paths (attention._decode with
+    gather, then with flex) on the engine's shapes; None when they agree, else what went wrong
+    (a compile error on this GPU, a wrong answer)."""
+    from serving.engine import attention  # attention imports this module
+
     try:
         gen = torch.Generator(device="cpu").manual_seed(0)
         cache = torch.randn(2, kv_heads, 4, bs, head_dim, generator=gen).to(device, dtype)
-        q = torch.randn(2, heads, head_dim, generator=gen).to(device, dtype)
-        lens = [bs + 1, 1]  # row 0: blocks [2, 0], one token into the second; row 1: block [3]
+        q = torch.randn(heads, 2, head_dim, generator=gen).to(device, dtype)  # [H, T, D]
+        # row 0: blocks [2, 0], one token into the second; row 1: block [3], padded with 0
         blocks = torch.tensor([2, 0, 3, 0], device=device)
-        got = flex_decode(q, cache, decode_meta(blocks, torch.tensor(lens, device=device), 4, bs))
-        group = heads // kv_heads
-        for b, table in enumerate(([2, 0], [3])):
-            kv = cache[:, :, table].flatten(2, 3)[:, :, : lens[b]]
-            want = torch.nn.functional.scaled_dot_product_attention(
-                q[b].unsqueeze(1),
-                kv[0].repeat_interleave(group, 0),
-                kv[1].repeat_interleave(group, 0),
-            ).squeeze(1)
-            err = (got[b].float() - want.float()).abs().max().item()
-            if not err <= 2e-2:
-                return f"row {b} differs from the gathered reference by {err:.3g}"
+        lens = torch.tensor([bs + 1, 1], device=device)
+        mask = torch.arange(2 * bs, device=device).unsqueeze(0) < lens.unsqueeze(1)
+        group = attention.DecodeGroup(0, 2, blocks, mask.view(1, 2, 1, 2 * bs))
+        spec = attention._Spec(scale=None, window=None, softcap=None)
+        out = {}
+        for path in ("gather", "flex"):
+            paged = attention.PagedMetadata(cache, blocks, decode_attention=path)
+            out[path] = attention._decode(q, cache, group, spec, paged, blocks).float()
+        err = (out["flex"] - out["gather"]).abs().max().item()
+        if not err <= 2e-2:
+            return f"flex differs from the gather path by {err:.3g}"
     except Exception as exc:  # a kernel that cannot compile here must not take the engine down
         return f"{type(exc).__name__}: {str(exc)[:300]}"
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class FlexDecodeMeta:
-    block_mask: Any  # BlockMask over [rows, 1, 1, num_cache_blocks * block_size]
-
-
-def decode_meta(
+def decode_block_mask(
     blocks: torch.Tensor, lens: torch.Tensor, num_cache_blocks: int, block_size: int
-) -> FlexDecodeMeta:
+):
     """The BlockMask of one decode group.
 
     blocks: [rows * blocks_per_row] padded block tables (padding may name any block: it is cut
@@ -126,7 +121,7 @@ def decode_meta(
         return (lb >= 0) & (lb * block_size + kv_idx % block_size < lens_long[b])
 
     kv_indices = torch.where(real, table, 0).to(torch.int32).view(rows, 1, 1, per_row)
-    block_mask = BlockMask.from_kv_blocks(
+    return BlockMask.from_kv_blocks(
         used.view(rows, 1, 1),
         kv_indices,
         BLOCK_SIZE=(1, block_size),
@@ -134,21 +129,20 @@ def decode_meta(
         seq_lengths=(1, num_cache_blocks * block_size),
         compute_q_blocks=False,  # forward only: no transposed (backward) index
     )
-    return FlexDecodeMeta(block_mask)
 
 
-def _kernel():
-    """flex_attention compiled on CUDA (a fused kernel that skips unread blocks); eager
-    elsewhere (the reference implementation: exact, and dense over the cache)."""
-    if "fn" not in _compiled:
-        _compiled["fn"] = torch.compile(flex_attention, dynamic=True)
-    return _compiled["fn"]
+@functools.cache
+def _compiled_flex():
+    """flex_attention compiled, for CUDA: a fused kernel that skips the blocks a row does not
+    read. Elsewhere flex runs eagerly (the reference implementation: exact, dense over the
+    cache)."""
+    return torch.compile(flex_attention, dynamic=True)
 
 
 def flex_decode(
     q: torch.Tensor,
     layer_cache: torch.Tensor,
-    meta: FlexDecodeMeta,
+    block_mask,
     scale: float | None = None,
     softcap: float | None = None,
 ) -> torch.Tensor:
@@ -161,13 +155,13 @@ def flex_decode(
         def score_mod(score, b, h, q_idx, kv_idx):
             return torch.tanh(score / softcap) * softcap
 
-    fn = _kernel() if q.device.type == "cuda" else flex_attention
+    fn = _compiled_flex() if q.device.type == "cuda" else flex_attention
     out = fn(
         q.unsqueeze(2),  # [B, H, 1, D]
         flat[0],
         flat[1],
         score_mod=score_mod,
-        block_mask=meta.block_mask,
+        block_mask=block_mask,
         scale=scale,
         enable_gqa=kv_heads != q.shape[1],
     )

@@ -28,12 +28,6 @@ class Runner(Protocol):
 
     def run(self, batch: ScheduledBatch) -> list[int]: ...
 
-    def _probe_flex(self, model) -> str | None:
-        layer = self.kv_cache[0]  # [2, kv_heads, blocks + 1, block_size, head_dim]
-        heads = model.config.get_text_config().num_attention_heads
-        kv_heads, dim = layer.shape[1], layer.shape[-1]
-        return probe_flex(self.device, layer.dtype, heads, kv_heads, dim, self.block_size)
-
     def release(self, request_id: str) -> None:
         """Forget per-sequence state of a finished or aborted request."""
         ...
@@ -232,12 +226,6 @@ class HFRunner:
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._caches: dict[str, object] = {}
-
-    def _probe_flex(self, model) -> str | None:
-        layer = self.kv_cache[0]  # [2, kv_heads, blocks + 1, block_size, head_dim]
-        heads = model.config.get_text_config().num_attention_heads
-        kv_heads, dim = layer.shape[1], layer.shape[-1]
-        return probe_flex(self.device, layer.dtype, heads, kv_heads, dim, self.block_size)
 
     def release(self, request_id: str) -> None:
         self._caches.pop(request_id, None)

@@ -87,15 +87,15 @@ class StatsTracker:
         outputs = list(self._outputs)
         return float(percentile(outputs, 90)) if outputs else None
 
+    def _recent_waits(self, waits: deque[tuple[float, float]], now: float) -> list[float]:
+        """The waits admitted in the last wait_window_s. list() copies in one C call under the
+        GIL: safe while the engine thread appends."""
+        return [w for t, w in list(waits) if t >= now - self.wait_window_s]
+
     def queue_wait_p50_by_tier(self, now: float) -> dict[str, float]:
         """Per tier, the p50 queue wait of the last wait_window_s (tiers seen in it only)."""
-        since = now - self.wait_window_s
-        out = {}
-        for tier, waits in list(self._waits_by_tier.items()):
-            recent = [w for t, w in list(waits) if t >= since]
-            if recent:
-                out[tier] = percentile(recent, 50)
-        return out
+        recent = {t: self._recent_waits(w, now) for t, w in list(self._waits_by_tier.items())}
+        return {tier: percentile(waits, 50) for tier, waits in recent.items() if waits}
 
     def tokens_per_s(self, now: float) -> float:
         # list() copies in one C call under the GIL: safe while the engine thread appends.
@@ -107,6 +107,5 @@ class StatsTracker:
 
     def queue_wait_percentiles(self, now: float) -> tuple[float, float]:
         """p50 and p99 of the queue waits admitted in the last wait_window_s; 0 without any."""
-        since = now - self.wait_window_s
-        waits = [w for t, w in list(self._waits) if t >= since]
+        waits = self._recent_waits(self._waits, now)
         return percentile(waits, 50), percentile(waits, 99)

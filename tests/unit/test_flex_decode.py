@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from serving.engine import EngineConfig, LLMEngine, SamplingParams
 from serving.engine.flex_decode import (
-    decode_meta,
+    decode_block_mask,
     flex_decode,
     probe_flex,
     resolve_decode_attention,
@@ -56,8 +56,8 @@ def test_flex_decode_equals_attention_over_the_gathered_blocks(softcap):
     per_row = max(map(len, tables))
     padded = torch.tensor([t + [0] * (per_row - len(t)) for t in tables]).view(-1)
     q = torch.randn(len(tables), heads, dim)
-    meta = decode_meta(padded, torch.tensor(lens), num_blocks, bs)
-    got = flex_decode(q, cache, meta, scale=0.3, softcap=softcap)
+    block_mask = decode_block_mask(padded, torch.tensor(lens), num_blocks, bs)
+    got = flex_decode(q, cache, block_mask, scale=0.3, softcap=softcap)
     want = gathered_reference(q, cache, tables, lens, scale=0.3, softcap=softcap)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
@@ -69,8 +69,8 @@ def test_a_padding_entry_never_hides_the_block_it_names():
     cache = torch.randn(2, 1, 4, 2, 4)
     q = torch.randn(2, 1, 4)
     padded = torch.tensor([0, 0, 0, 1, 2, 3])  # row 0: [0] + padding; row 1: [1, 2, 3]
-    meta = decode_meta(padded, torch.tensor([2, 5]), num_cache_blocks=4, block_size=2)
-    got = flex_decode(q, cache, meta, scale=None, softcap=None)
+    block_mask = decode_block_mask(padded, torch.tensor([2, 5]), num_cache_blocks=4, block_size=2)
+    got = flex_decode(q, cache, block_mask, scale=None, softcap=None)
     want = gathered_reference(q, cache, [[0], [1, 2, 3]], [2, 5])
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
