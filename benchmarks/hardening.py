@@ -6,7 +6,8 @@ overload   capacity measured closed-loop (8 clients), then Poisson arrivals at 1
            capacity for 60 s each (--quick: 15 s): 429 + Retry-After share, admitted TTFT and
            latency percentiles against the interactive SLO, goodput (requests completed within
            SLO per second; 3x must keep >= 0.9x of 1x), 5xx count, RSS of the Serve processes
-           sampled each second across all three
+           sampled each second across all three, and where the CPU went at each factor (cores
+           per process role: replicas, ingress, proxy, controller, the load client)
 isolation  interactive requests at 2/s alone, then beside an offline flood at 10x offline
            capacity, 60 s each (--quick: 12 s): interactive TTFT p99 loaded / unloaded
 

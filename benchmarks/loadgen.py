@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from benchmarks._common import cpu_snapshot, cpu_used
 from common.stats import percentile
 from serving.ray_internals import local_raylet_pid
 
@@ -214,9 +215,10 @@ async def overload_scenario(
     sampler = asyncio.create_task(sample_rss(app, 1.0, stop))
     runs = {}
     for i, factor in enumerate(factors):
-        runs[f"{factor:g}x"] = await offered_load(
-            url, factor * capacity_rps, duration_s, body, slo_s, seed=i
-        )
+        before = cpu_snapshot()
+        run = await offered_load(url, factor * capacity_rps, duration_s, body, slo_s, seed=i)
+        run["cpu_cores_by_process"] = _cores(cpu_used(before, cpu_snapshot()), duration_s)
+        runs[f"{factor:g}x"] = run
     stop.set()
     rss = await sampler
     return {
@@ -227,6 +229,15 @@ async def overload_scenario(
         "runs": runs,
         "rss_bytes": {"first": rss[0], "max": max(rss), "last": rss[-1], "samples": len(rss)},
     }
+
+
+def _cores(used: tuple[dict[str, float], float], span_s: float) -> dict[str, float]:
+    """Where the machine's CPU went during one offered load, in cores (CPU seconds per second of
+    the window) per process role (benchmarks/_common.py `process_role`; this process is the
+    load client); `other_jobs` is busy CPU outside this process tree."""
+    by_role, foreign_s = used
+    out = {role: round(cpu_s / span_s, 3) for role, cpu_s in by_role.items()}
+    return out | {"other_jobs": round(foreign_s / span_s, 3)}
 
 
 def _capacity_rps(probe: list[Outcome], probe_s: float) -> float:

@@ -239,8 +239,9 @@ class ServerSection:
     retry_after_s: float = 2.0
     # The cap on that predicted Retry-After, which is at least 1 s (serving/llm/admission.py).
     retry_after_max_s: float = 60.0
-    # Streams the ingress relays at once; null: every stream the replicas can hold, (hot + cold
-    # max) replicas x replica.max_ongoing_requests (serving/config/front_door.py).
+    # Streams the ingress relays at once; null: a batch running and one waiting per replica,
+    # (hot + cold max) replicas x min(replica.max_ongoing_requests, 2 x engine.max_num_seqs);
+    # analytical and offline requests hold at most half of them (serving/config/front_door.py).
     ingress_max_ongoing_requests: int | None = None
     # Requests that may wait in the HTTP proxy for the ingress; beyond them Serve answers 429
     # with Retry-After. null: what drains within the tightest tier's TTFT admission budget at

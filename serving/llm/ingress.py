@@ -18,6 +18,7 @@ from serving.api import openai as p
 from serving.api.errors import ApiError
 from serving.api.http import api_key_from_env, request_tier, validate
 from serving.config import AppConfig
+from serving.config.front_door import front_door
 from serving.engine.grammar import GrammarCompiler, GrammarError
 from serving.engine.sampling_params import GrammarSpec, SamplingParams
 from serving.llm import tools
@@ -25,6 +26,7 @@ from serving.llm.choices import TokenText
 from serving.llm.dispatch import OpenStream, RefusalMemo, open_stream
 from serving.llm.messages import Completion, Delta, GenerateRequest
 from serving.llm.stop_strings import StopStrings
+from serving.llm.tier_share import TierShare
 from serving.llm.tools import ToolPlan
 from serving.llm.ttft_margin import TtftMargins
 from serving.serve_status import app_name_or_default, running_replicas
@@ -66,6 +68,7 @@ class Ingress:
         slos = {name: (t.ttft_p99_s, t.ttft_admit_fraction) for name, t in tiers.items()}
         self.refusals = RefusalMemo(slos, srv.retry_after_max_s)
         self.margins = TtftMargins()
+        self.tier_share = TierShare(front_door(self.config).lower_tier_slots)
         self.app_name = app_name_or_default()
         self._watcher: asyncio.Task | None = None
         self.num_requests = 0  # requests that reached pool choice; read by the forecast controller

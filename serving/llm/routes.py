@@ -8,6 +8,7 @@ A failure after the stream started (a replica died) becomes an error event, neve
 
 import asyncio
 import logging
+import weakref
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
@@ -32,6 +33,7 @@ from serving.llm.autoscaling_stats import IngressStats
 from serving.llm.choices import ChoiceState
 from serving.llm.ingress import Ingress
 from serving.llm.replies import Reply, drain, merge_streams, service_tier_echo
+from serving.llm.tier_share import Hold
 
 log = logging.getLogger("ray.serve")
 api = install_error_handlers(FastAPI(title="tideserve", docs_url=None, redoc_url=None))
@@ -78,16 +80,42 @@ class HttpIngress(BatchRoutes, Ingress):
     @api.post("/v1/completions")
     async def completions(self, request: Request):
         req, tier = await self._prepare(request, p.CompletionRequest)
-        return await self._answer(req, tier, self._encode_prompt(req.prompt), None)
+        return await self._held_answer(req, tier, lambda: self._encode_prompt(req.prompt), None)
 
     @api.post("/v1/chat/completions")
     async def chat_completions(self, request: Request):
         req, tier = await self._prepare(request, p.ChatCompletionRequest)
         plan = tools.plan_for(req)
-        return await self._answer(req, tier, self._encode_chat(req, plan), plan)
+        return await self._held_answer(req, tier, lambda: self._encode_chat(req, plan), plan)
 
-    async def _answer(self, req, tier: str, ids: list[int], plan: tools.ToolPlan | None):
-        """The shared path of both endpoints: n choices, streamed or collected."""
+    async def _held_answer(self, req, tier: str, encode, plan: tools.ToolPlan | None):
+        """`_answer` within the lower tiers' share of the ingress (serving/llm/tier_share.py):
+        past it a 429 before the prompt is even tokenized."""
+        hold = self.tier_share.take(tier)
+        if hold is None:
+            share = self.tier_share
+            raise ApiError(
+                429,
+                f"server is saturated: {tier}: the ingress already holds {share.held} "
+                f"analytical and offline requests, their share of its slots",
+                type_="rate_limit_error",
+                code="rate_limit_exceeded",
+                retry_after_s=self.config.server.retry_after_s,
+            )
+        try:
+            response = await self._answer(req, tier, encode(), plan, hold)
+        except BaseException:
+            hold.release()
+            raise
+        if not isinstance(response, StreamingResponse):  # a stream releases when it ends
+            hold.release()
+        return response
+
+    async def _answer(
+        self, req, tier: str, ids: list[int], plan: tools.ToolPlan | None, hold: Hold | None = None
+    ):
+        """The shared path of both endpoints: n choices, streamed or collected. A stream
+        releases `hold` when it ends (HTTP requests only; the batch lane has none)."""
         grammar = None if plan is None else tools.grammar_for(plan)
         if grammar is not None:
             grammar = self._checked_grammar(grammar, "tools")
@@ -105,7 +133,9 @@ class HttpIngress(BatchRoutes, Ingress):
         )
         relays = [self._relay(o, req.stop) for o in opened]
         if req.stream:
-            frames = self._stream(reply, merge_streams(relays))
+            frames = self._stream(reply, merge_streams(relays), hold)
+            if hold is not None:  # a stream that never starts never runs its finally
+                weakref.finalize(frames, hold.release)
             return StreamingResponse(frames, media_type="text/event-stream")
         try:
             await asyncio.gather(*(drain(r, s) for r, s in zip(relays, reply.states, strict=True)))
@@ -126,7 +156,15 @@ class HttpIngress(BatchRoutes, Ingress):
         prompt = req.prompt
         return prompt if isinstance(prompt, str) else self.tokenizer.decode(prompt)
 
-    async def _stream(self, reply: Reply, items) -> AsyncIterator[str]:
+    async def _stream(self, reply: Reply, items, hold: Hold | None = None) -> AsyncIterator[str]:
+        try:
+            async for data in self._frames(reply, items):
+                yield data
+        finally:
+            if hold is not None:
+                hold.release()
+
+    async def _frames(self, reply: Reply, items) -> AsyncIterator[str]:
         # One write per replica message: a delta's frames (content, tool calls, finish) are
         # encoded and sent together, the opening frames with the first delta.
         opening = "".join(sse(frame) for frame in reply.opening())
