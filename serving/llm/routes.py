@@ -157,16 +157,9 @@ class HttpIngress(BatchRoutes, Ingress):
         return prompt if isinstance(prompt, str) else self.tokenizer.decode(prompt)
 
     async def _stream(self, reply: Reply, items, hold: Hold | None = None) -> AsyncIterator[str]:
-        try:
-            async for data in self._frames(reply, items):
-                yield data
-        finally:
-            if hold is not None:
-                hold.release()
-
-    async def _frames(self, reply: Reply, items) -> AsyncIterator[str]:
         # One write per replica message: a delta's frames (content, tool calls, finish) are
-        # encoded and sent together, the opening frames with the first delta.
+        # encoded and sent together, the opening frames with the first delta. `hold` comes back
+        # once the replica's items end, fail or the client leaves.
         opening = "".join(sse(frame) for frame in reply.opening())
         try:
             async for index, item in items:
@@ -181,5 +174,8 @@ class HttpIngress(BatchRoutes, Ingress):
             yield opening + sse(error_body(message, "server_error", code="replica_failed"))
             yield sse("[DONE]")
             return
+        finally:
+            if hold is not None:
+                hold.release()
         usage = reply.req.stream_options is not None and reply.req.stream_options.include_usage
         yield opening + (sse(reply.usage_frame()) if usage else "") + sse("[DONE]")

@@ -10,8 +10,9 @@ the next one 429 itself, before tokenizing it: the other half is always there fo
 work, as a replica keeps half of its Serve slots for it (serving/llm/admission.py).
 
 A `Hold` is released exactly once, however the request ends: the non-streaming path releases it
-when the reply is built, a stream when its frames end, and a stream that never started (its
-client left before the first frame) when its frame generator is garbage-collected.
+when the reply is built, a stream when the replica's items end or fail or its client leaves, and
+a stream that never started (its client left before the first frame) when its frame generator
+is garbage-collected.
 """
 
 from __future__ import annotations
