@@ -17,9 +17,13 @@ degrade, never OOM; R10: queue wait against the latency budget).
                      and the margin the ingress measured, serving/llm/ttft_margin.py);
                      a request that finds a free slot is always admitted (nothing is ahead of
                      it, so refusing would not make it faster)
+  wait too long      (interactive, under overload) the predicted wait for a slot exceeds the
+                     bound the ingress sends with the request, the time the next arrivals take
+                     at the rate it sees (serving/llm/arrivals.py): a freed slot is taken by
+                     the next arrival anyway, so queueing adds TTFT and no throughput
 
-`judge_ttft` is the last rule alone; the ingress applies it to a pool's last refused snapshot to
-skip that pool until capacity is predicted to free (serving/llm/dispatch.py).
+`judge_ttft` is the last two rules alone; the ingress applies it to a pool's last refused
+snapshot to skip that pool until capacity is predicted to free (serving/llm/dispatch.py).
 
 Retry-After is the predicted time until capacity frees for such a request (the TTFT excess
 over the budget, or the time until the next slot frees when the limit is a count), bounded to
@@ -46,6 +50,7 @@ class AdmissionLimits:
     offline_idle_fraction: float
     max_in_replica: int | None = None
     retry_after_max_s: float = 60.0
+    max_wait_s: float | None = None  # the request's bound on its wait for a slot (None: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +84,24 @@ def bounded_retry_after(free_in_s: float, retry_after_max_s: float) -> float:
 
 
 def judge_ttft(
-    prediction: Prediction, tier: str, budget_s: float, retry_after_max_s: float
+    prediction: Prediction,
+    tier: str,
+    budget_s: float,
+    retry_after_max_s: float,
+    max_wait_s: float | None = None,
 ) -> Admission:
-    """Admit when the predicted TTFT fits the budget or a slot is free now."""
+    """Admit when a slot is free now, or when the predicted TTFT fits the budget and the wait
+    for a slot fits `max_wait_s` (None: no bound; serving/llm/arrivals.py)."""
     ttft_s = prediction.ttft_s
+    if max_wait_s is not None and prediction.wait_s > max_wait_s:
+        return Admission(
+            False,
+            f"{tier}: predicted wait {prediction.wait_s:.2f} s for a slot exceeds "
+            f"{max_wait_s:.2f} s, the time the next arrivals take to reach it at the current "
+            "rate (no standing queue under overload)",
+            bounded_retry_after(prediction.next_free_s, retry_after_max_s),
+            ttft_s,
+        )
     if prediction.wait_s <= 0.0 or ttft_s <= budget_s:
         return Admission(True, predicted_ttft_s=ttft_s)
     return Admission(
@@ -124,4 +143,6 @@ def admit(
             max(slot_retry_s, OFFLINE_RETRY_MIN_S),
             ttft_s,
         )
-    return judge_ttft(prediction, tier, limits.ttft_budget_s, limits.retry_after_max_s)
+    return judge_ttft(
+        prediction, tier, limits.ttft_budget_s, limits.retry_after_max_s, limits.max_wait_s
+    )

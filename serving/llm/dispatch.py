@@ -118,7 +118,9 @@ class RefusalMemo:
         prediction = predict_ttft(entry[0], tier, len(request.prompt_token_ids), now)
         slo_s, fraction = self.slos[tier]  # the budget as the replica counts it
         budget_s = ttft_budget_s(slo_s, fraction, request.spent_s, request.ttft_margin_s)
-        decision = judge_ttft(prediction, tier, budget_s, self.retry_after_max_s)
+        decision = judge_ttft(
+            prediction, tier, budget_s, self.retry_after_max_s, request.max_wait_s
+        )
         return None if decision.admitted else decision
 
     def note(self, pool: str, refusal: Refusal, now: float) -> None:

@@ -22,6 +22,7 @@ from serving.config.front_door import front_door
 from serving.engine.grammar import GrammarCompiler, GrammarError
 from serving.engine.sampling_params import GrammarSpec, SamplingParams
 from serving.llm import tools
+from serving.llm.arrivals import ArrivalRate
 from serving.llm.choices import TokenText
 from serving.llm.dispatch import OpenStream, RefusalMemo, open_stream
 from serving.llm.messages import Completion, Delta, GenerateRequest
@@ -68,6 +69,7 @@ class Ingress:
         slos = {name: (t.ttft_p99_s, t.ttft_admit_fraction) for name, t in tiers.items()}
         self.refusals = RefusalMemo(slos, srv.retry_after_max_s)
         self.margins = TtftMargins()
+        self.arrivals = ArrivalRate()
         self.tier_share = TierShare(front_door(self.config).lower_tier_slots)
         self.app_name = app_name_or_default()
         self._watcher: asyncio.Task | None = None
@@ -190,8 +192,14 @@ class Ingress:
         await self.ensure_watching()
         now = time.monotonic()
         spent_s = now - (RECEIVED_S.get() or now)  # this request's time in the ingress so far
+        self.arrivals.arrive(tier, now)
         request = GenerateRequest(
-            p.new_id("req"), tuple(prompt_ids), params, tier, spent_s=max(spent_s, 0.0)
+            p.new_id("req"),
+            tuple(prompt_ids),
+            params,
+            tier,
+            spent_s=max(spent_s, 0.0),
+            max_wait_s=self.arrivals.max_wait_s(tier, now),
         )
         opened = await open_stream(
             self.handles,

@@ -170,6 +170,7 @@ class ModelReplica:
             offline_idle_fraction=self.config.engine.offline_idle_fraction,
             max_in_replica=max_in_replica(tier, self.config.replica.max_ongoing_requests),
             retry_after_max_s=self.config.server.retry_after_max_s,
+            max_wait_s=request.max_wait_s,
         )
         decision = admit(stats, load, tier, len(request.prompt_token_ids), limits, now)
         if not decision.admitted:

@@ -206,6 +206,29 @@ def test_the_ingress_skips_a_pool_until_its_refused_load_is_predicted_to_fit():
     assert hot.calls == 3
 
 
+def test_the_ingress_applies_the_requests_wait_bound_to_the_refused_snapshot_too():
+    """A pool whose last refused load predicts a wait longer than the request's bound is
+    skipped at the ingress, though the TTFT alone would fit the budget."""
+    from serving.llm.dispatch import RefusalMemo
+
+    memo = RefusalMemo({"interactive": (1.0, 0.5)}, retry_after_max_s=60.0, snapshot_hold_s=30.0)
+    refused = Refusal("hot: interactive: predicted wait", 1.0, "interactive", 0.4, busy_load(3))
+    hot = FakeHandle([refused])
+    handles, available = {"hot": hot, "cold": FakeHandle([])}, {"hot": True, "cold": False}
+    params = SamplingParams(max_tokens=1)
+    bounded = GenerateRequest("r", (1, 2), params, "interactive", max_wait_s=0.1)
+    with pytest.raises(ApiError):
+        asyncio.run(open_stream(handles, available, bounded, 2.0, memo, 100.0))
+    assert hot.calls == 1
+    with pytest.raises(ApiError) as info:  # 0.3 s wait > 0.1 s: not asked again
+        asyncio.run(open_stream(handles, available, bounded, 2.0, memo, 100.0))
+    assert hot.calls == 1 and "predicted wait 0.30 s" in info.value.message
+    hot.items = [DELTA]
+    unbounded = GenerateRequest("r2", (1, 2), params, "interactive")  # 0.4 s fits 0.5 s
+    assert asyncio.run(open_stream(handles, available, unbounded, 2.0, memo, 100.0)).pool == "hot"
+    assert hot.calls == 2
+
+
 def test_without_a_snapshot_the_ingress_always_asks_for_interactive():
     from serving.llm.dispatch import RefusalMemo
 
