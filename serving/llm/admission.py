@@ -17,10 +17,11 @@ degrade, never OOM; R10: queue wait against the latency budget).
                      and the margin the ingress measured, serving/llm/ttft_margin.py);
                      a request that finds a free slot is always admitted (nothing is ahead of
                      it, so refusing would not make it faster)
-  wait too long      (interactive, under overload) the predicted wait for a slot exceeds the
-                     bound the ingress sends with the request, the time the next arrivals take
-                     at the rate it sees (serving/llm/arrivals.py): a freed slot is taken by
-                     the next arrival anyway, so queueing adds TTFT and no throughput
+  wait too long      (interactive, while the ingress refuses it) the predicted wait for a
+                     slot exceeds the bound the ingress sends with the request, the time the
+                     next arrivals take at the rate it sees (serving/llm/arrivals.py): more
+                     come than the slots take, so the next arrival takes a freed slot anyway,
+                     and queueing adds TTFT and no throughput
 
 `judge_ttft` is the last two rules alone; the ingress applies it to a pool's last refused
 snapshot to skip that pool until capacity is predicted to free (serving/llm/dispatch.py).
@@ -97,8 +98,8 @@ def judge_ttft(
         return Admission(
             False,
             f"{tier}: predicted wait {prediction.wait_s:.2f} s for a slot exceeds "
-            f"{max_wait_s:.2f} s, the time the next arrivals take to reach it at the current "
-            "rate (no standing queue under overload)",
+            f"{max_wait_s:.2f} s: the ingress is turning {tier} requests away, and the next "
+            "arrival takes a freed slot (no standing queue under overload)",
             bounded_retry_after(prediction.next_free_s, retry_after_max_s),
             ttft_s,
         )

@@ -22,7 +22,7 @@ from serving.config.front_door import front_door
 from serving.engine.grammar import GrammarCompiler, GrammarError
 from serving.engine.sampling_params import GrammarSpec, SamplingParams
 from serving.llm import tools
-from serving.llm.arrivals import ArrivalRate
+from serving.llm.arrivals import WaitBound
 from serving.llm.choices import TokenText
 from serving.llm.dispatch import OpenStream, RefusalMemo, open_stream
 from serving.llm.messages import Completion, Delta, GenerateRequest
@@ -69,7 +69,7 @@ class Ingress:
         slos = {name: (t.ttft_p99_s, t.ttft_admit_fraction) for name, t in tiers.items()}
         self.refusals = RefusalMemo(slos, srv.retry_after_max_s)
         self.margins = TtftMargins()
-        self.arrivals = ArrivalRate()
+        self.wait_bound = WaitBound()  # no standing queue under overload (arrivals.py)
         self.tier_share = TierShare(front_door(self.config).lower_tier_slots)
         self.app_name = app_name_or_default()
         self._watcher: asyncio.Task | None = None
@@ -192,25 +192,30 @@ class Ingress:
         await self.ensure_watching()
         now = time.monotonic()
         spent_s = now - (RECEIVED_S.get() or now)  # this request's time in the ingress so far
-        self.arrivals.arrive(tier, now)
+        self.wait_bound.arrived(tier, now)
         request = GenerateRequest(
             p.new_id("req"),
             tuple(prompt_ids),
             params,
             tier,
             spent_s=max(spent_s, 0.0),
-            max_wait_s=self.arrivals.max_wait_s(tier, now),
+            max_wait_s=self.wait_bound.max_wait_s(tier, now),
         )
-        opened = await open_stream(
-            self.handles,
-            self.available,
-            request,
-            self.config.server.retry_after_s,
-            self.refusals,
-            now,
-            self.margins,
-            time.time(),
-        )
+        try:
+            opened = await open_stream(
+                self.handles,
+                self.available,
+                request,
+                self.config.server.retry_after_s,
+                self.refusals,
+                now,
+                self.margins,
+                time.time(),
+            )
+        except ApiError as err:
+            if err.status == 429:
+                self.wait_bound.refused(tier, now)
+            raise
         predicted_s = opened.first.predicted_ttft_s
         if predicted_s is not None:  # what the replica could not see (serving/llm/ttft_margin.py)
             done = time.monotonic()

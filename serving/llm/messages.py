@@ -43,8 +43,8 @@ class GenerateRequest:
     # Wall clock when the ingress first sent it to a pool: the replica counts the hop (and any
     # wait in Serve's router queue or an earlier pool's refusal) as spent too.
     sent_unix_s: float | None = None
-    # The longest it may wait for a slot on a replica, from the arrival rate the ingress sees
-    # (serving/llm/arrivals.py). None: no bound, the TTFT budget alone decides.
+    # The longest it may wait for a slot on a replica while the ingress turns the tier away, from
+    # its arrival rate (serving/llm/arrivals.py). None: no bound, the TTFT budget alone decides.
     max_wait_s: float | None = None
 
     def __post_init__(self) -> None:

@@ -82,14 +82,14 @@ def test_predicted_ttft_over_the_budget_refuses_naming_tier_and_wait():
     assert admit(busy_stats, busy, "interactive", 8, limits(budget=1.0), now=50.0).admitted
 
 
-def test_under_overload_a_request_that_would_wait_longer_than_the_arrivals_bound_is_refused():
-    # Both slots free in 0.2 s (10 tokens at 20 ms): the TTFT fits a 0.5 s budget, but at 30
-    # req/s the next arrivals take a freed slot within 0.067 s, so waiting buys nothing.
+def test_under_overload_a_request_that_would_wait_longer_than_its_bound_is_refused():
+    # Both slots free in 0.2 s (10 tokens at 20 ms): the TTFT fits a 0.5 s budget, but with the
+    # ingress turning 30 requests/s away, one of them takes a freed slot within 0.067 s.
     busy_stats, busy = stats(running={"interactive": 2}), load(running=(10, 12))
     bounded = AdmissionLimits(0.5, 4, 0.5, None, 60.0, max_wait_s=2 / 30)
     d = admit(busy_stats, busy, "interactive", 8, bounded, now=50.0)
     assert not d.admitted
-    assert d.reason.startswith("interactive: predicted wait 0.20 s for a slot exceeds 0.07 s")
+    assert d.reason.startswith("interactive: predicted wait 0.20 s for a slot exceeds 0.07 s:")
     assert d.retry_after_s == RETRY_AFTER_MIN_S  # the slot frees within a second
     assert admit(busy_stats, busy, "interactive", 8, limits(budget=0.5), now=50.0).admitted
     # Once the slot is about to free, the wait fits the bound and the request is admitted...

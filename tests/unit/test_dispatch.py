@@ -273,3 +273,41 @@ def test_a_request_parked_on_an_emptied_cold_pool_goes_on_to_hot(monkeypatch):
 
     opened = asyncio.run(scenario())
     assert opened.pool == "hot" and cold.stream.cancelled and hot.calls == 1
+
+
+def test_the_ingress_counts_its_interactive_429s_and_bounds_the_next_requests_wait():
+    """Ingress._open counts arrivals and 429s: after enough refusals the next request carries
+    the wait bound."""
+    from types import SimpleNamespace
+
+    from serving.llm.arrivals import ARRIVALS_AHEAD, MIN_REFUSALS, WINDOW_S, WaitBound
+    from serving.llm.ingress import Ingress
+    from serving.llm.ttft_margin import TtftMargins
+
+    class Recording(FakeHandle):
+        def remote(self, request):
+            self.sent.append(request)
+            return super().remote(request)
+
+    hot = Recording([Refusal("hot: interactive: queue full", 1.0, "interactive")])
+    hot.sent = []
+    ingress = Ingress.__new__(Ingress)  # no model, no Ray: only what _open reads
+    ingress.num_requests = 0
+    ingress.handles, ingress.available = {"hot": hot, "cold": FakeHandle([])}, {"hot": True}
+    ingress.config = SimpleNamespace(server=SimpleNamespace(retry_after_s=2.0))
+    ingress.refusals, ingress.margins, ingress.wait_bound = None, TtftMargins(), WaitBound()
+    ingress._watcher = SimpleNamespace(done=lambda: False)  # already watching
+
+    async def refused_requests(n: int):
+        for _ in range(n):
+            with pytest.raises(ApiError):
+                await ingress._open([1, 2], SamplingParams(max_tokens=1), "interactive")
+
+    asyncio.run(refused_requests(MIN_REFUSALS))
+    assert hot.sent[0].max_wait_s is None  # nothing refused yet: no bound
+    assert hot.sent[MIN_REFUSALS - 1].max_wait_s is None  # 3 refusals: not yet sustained
+    hot.items = [DELTA]
+    asyncio.run(ingress._open([1, 2], SamplingParams(max_tokens=1), "interactive"))
+    # 5 arrivals within the 2 s window, 4 of them refused: a wait of 2 arrival gaps is 0.8 s.
+    arrival_rate = (MIN_REFUSALS + 1) / WINDOW_S
+    assert hot.sent[-1].max_wait_s == pytest.approx(ARRIVALS_AHEAD / arrival_rate)
