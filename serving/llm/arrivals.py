@@ -35,7 +35,9 @@ WAIT_BOUNDED_TIERS = frozenset({"interactive"})
 
 
 class _Window:
-    """Event times of the last `window_s`."""
+    """Event times of the last `window_s`. Old ones go on every add as well as every count: a
+    tier nobody asks about (the lower tiers; interactive before its first refusal) must not
+    grow without bound in a long-lived ingress."""
 
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s
@@ -43,11 +45,15 @@ class _Window:
 
     def add(self, now: float) -> None:
         self._times.append(now)
+        self._forget_before(now)
 
     def count(self, now: float) -> int:
+        self._forget_before(now)
+        return len(self._times)
+
+    def _forget_before(self, now: float) -> None:
         while self._times and self._times[0] <= now - self.window_s:
             self._times.popleft()
-        return len(self._times)
 
 
 class WaitBound:

@@ -69,6 +69,17 @@ def test_lower_tiers_are_never_bounded_and_do_not_count_as_interactive():
     assert bound.max_wait_s("interactive", now) is None  # no interactive traffic seen
 
 
+def test_events_nobody_asks_about_are_forgotten_as_new_ones_come():
+    # An ingress runs for weeks: the offline tier is never asked for a bound, and interactive
+    # only after its first refusal, so adding must drop what left the window.
+    bound = WaitBound()
+    for i in range(10_000):  # 10 events/s for 1000 s, never queried
+        bound.arrived("offline", i * 0.1)
+        bound.arrived("interactive", i * 0.1)
+    for tier in ("offline", "interactive"):
+        assert len(bound._arrived[tier]._times) <= WINDOW_S / 0.1 + 1  # the window's, no more
+
+
 @pytest.mark.parametrize(
     "kwargs, field",
     [({"window_s": 0.0}, "window_s"), ({"min_refusals": 0}, "min_refusals"),
