@@ -1,20 +1,30 @@
-"""Headroom learned online: an upper quantile of the forecast's own errors, per time of day.
+"""Headroom learned online: an upper quantile of the forecast's own errors, per volatility class.
 
 Every tick the policy plans for the forecast peak of [now, now + lead + horizon]; the replicas it
 asks for now are serving at now + lead. So each plan is a prediction that can be checked:
 
     score = highest rate seen over [now + lead, now + lead + horizon] / the base it was sized for
 
-Scores are kept per time-of-day band (`num_bands` bands, 4 h each by default), for `window_s`
-(7 days), each with the forecast it judged (the traffic at stake). The SLO's budget, 1 - `quantile`
-of the traffic, is spent across bands where it saves the most (autoscaling/headroom_alloc.py):
-with exchangeable errors, sizing for forecast x headroom covers the rate for `quantile` of the
-traffic, and a band with rare, huge surprises is not made to cover them at any price.
+Scores are kept for `window_s` (7 days), each with the forecast it judged (the traffic at stake)
+and the traffic's recent volatility when the plan was made (autoscaling/volatility.py: the mean
+jump between 10-minute means over the last hour). They are grouped (Mondrian conformal) into
+`num_volatility_classes` classes of that volatility, split at its own terciles over the window,
+and optionally into `num_bands` time-of-day bands. The SLO's budget, 1 - `quantile` of the
+traffic, is spent across groups where it saves the most (autoscaling/headroom_alloc.py): with
+errors exchangeable within a group, sizing for forecast x headroom covers the rate for `quantile`
+of the traffic, a calm hour is planned with calm hours' errors and a jumpy one with jumpy ones',
+and a group with rare, huge surprises is not made to cover them at any price.
+
+Why volatility and not time of day by default: jumps cluster in time (a jumpy hour is followed by
+another), so the last hour's volatility tells more about the next jump than the clock does. On
+the frontier replay (benchmarks/autoscaling_frontier.py) three volatility classes and one band
+beat six 4-hour bands on both traces (docs/autoscaling.md#learned-headroom).
 A trace with bigger surprises gets more headroom by itself, a calm one less, with the same
 settings; no cap is picked by looking at a trace.
 
-* A band with fewer than `min_scores` scores uses every band's scores pooled; with fewer than
-  `min_scores` in all, there is no learned headroom (the policy falls back to the R6 safety
+* A group with fewer than `min_scores` scores uses every score pooled (so does a plan made
+  before any volatility was measured); with fewer than `min_scores` in all, there is no learned
+  headroom (the policy falls back to the R6 safety
   factor, 1 / target_utilization).
 * A plan that falls due in a trace gap (no rate observed) is dropped, never scored.
 * The SLO's own feedback (autoscaling/headroom_feedback.py, adaptive conformal inference)
@@ -24,8 +34,9 @@ settings; no cap is picked by looking at a trace.
   is above the rate most of the time), never absurd when a few scores are wild.
 
 `HeadroomLearner` holds the scores (like the Forecaster, an accumulator with time passed in);
-`band_of` and `headroom_alloc.allocate` are the pure arithmetic, tested on their own. The scores
-are split-conformal in spirit: each plan is judged on traffic it had not seen when it was made.
+`band_of`, `class_of` and `headroom_alloc.allocate` are the pure arithmetic, tested on their own.
+The scores are split-conformal in spirit: each plan is judged on traffic it had not seen when it
+was made.
 """
 
 from __future__ import annotations
@@ -39,6 +50,7 @@ import numpy as np
 
 from autoscaling.headroom_alloc import allocate
 from autoscaling.headroom_feedback import SloFeedback
+from autoscaling.volatility import VolatilityTracker
 from common.validate import check_range
 
 _DAY_S = 86400.0
@@ -51,7 +63,10 @@ class HeadroomConfig:
 
     # share of planned-for spans the capacity should cover: the SLO's own target share (99.5%)
     quantile: float = 0.995
-    num_bands: int = 6  # time-of-day bands; errors at 3 am differ from errors at 8 pm
+    # time-of-day bands (1: none); volatility classes explain the errors better (module doc)
+    num_bands: int = 1
+    num_volatility_classes: int = 3  # classes of recent volatility (1: not grouped by it)
+    volatility_num_jumps: int = 6  # volatility over the last 6 jumps of 10-minute means: an hour
     window_s: float = 7 * _DAY_S  # scores older than this drop out (a week: every weekday)
     min_scores: int = 50  # per band before the band's own quantile is used
     clip: tuple[float, float] = (0.5, 4.0)
@@ -67,6 +82,8 @@ class HeadroomConfig:
         if _DAY_S % self.num_bands:
             raise ValueError(f"{o}.num_bands={self.num_bands!r} must divide a day evenly")
         check_range(o, "window_s", self.window_s, 60.0, 56 * _DAY_S)
+        check_range(o, "num_volatility_classes", self.num_volatility_classes, 1, 10, integer=True)
+        check_range(o, "volatility_num_jumps", self.volatility_num_jumps, 1, 144, integer=True)
         check_range(o, "min_scores", self.min_scores, 1, None, integer=True)
         lo, hi = self.clip
         check_range(o, "clip[0]", lo, 0.0, 1.0, lo_open=True)
@@ -89,37 +106,54 @@ def band_of(t_s: float, num_bands: int) -> int:
     return min(int((t_s % _DAY_S) // (_DAY_S / num_bands)), num_bands - 1)
 
 
+def class_of(sigma: float, thresholds: np.ndarray | None) -> int:
+    """The volatility class of sigma between `thresholds` (ascending; a sigma equal to one is in
+    the class below it, so flat traffic's zeros are one class); -1: no class (sigma not
+    measured, or classes not learned yet)."""
+    if thresholds is None or not math.isfinite(sigma):
+        return -1
+    return int(np.searchsorted(thresholds, sigma, side="left"))
+
+
 class HeadroomLearner:
     """Pending plans in, scores per band, headroom out. Deterministic: time always comes in."""
 
     def __init__(self, cfg: HeadroomConfig | None = None) -> None:
         self.cfg = cfg or HeadroomConfig()
-        # [from_s, to_s, planned-for rps, highest rate seen in the span so far]
+        # [from_s, to_s, planned-for rps, highest rate seen in the span so far, sigma at the plan]
         self._pending: deque[list[float]] = deque()
-        # per band: (start_s, actual / forecast, forecast rps), oldest first
+        # per band: (start_s, actual / forecast, forecast rps, sigma or NaN), oldest first
         self._bands: list[deque[tuple[float, ...]]] = [deque() for _ in range(self.cfg.num_bands)]
-        self._cache: list[Headroom] = []
+        self.volatility = VolatilityTracker(self.cfg.volatility_num_jumps)
+        # per (band, volatility class) group, and the pooled fallback; class thresholds
+        self._cache: dict[tuple[int, int], Headroom] = {}
+        self._pooled = Headroom(None, "not computed")
+        self._thresholds: np.ndarray | None = None
         self._cache_key = -1  # the REFRESH_S period the cache was filled in
         self.feedback = SloFeedback()
 
     def expect(self, from_s: float, to_s: float, forecast_rps: float) -> None:
         """A plan sized for `forecast_rps` that must carry the rate from `from_s` to `to_s`."""
         if forecast_rps > 0 and math.isfinite(forecast_rps):
-            self._pending.append([from_s, to_s, forecast_rps, -1.0])
+            sigma = self.volatility.sigma()
+            self._pending.append(
+                [from_s, to_s, forecast_rps, -1.0, math.nan if sigma is None else sigma]
+            )
 
     def observe(self, now_s: float, rate_rps: float | None) -> None:
         """The rate seen over the interval ending now counts toward every plan whose span it
         falls in; a plan whose span has ended is scored by the highest rate seen in it."""
+        self.volatility.observe(now_s, rate_rps)
         seen = rate_rps is not None and math.isfinite(rate_rps)
         for plan in self._pending:
             if plan[0] > now_s:
                 break  # plans are in order of start
             plan[3] = max(plan[3], float(rate_rps)) if seen else math.nan
         while self._pending and self._pending[0][1] <= now_s:
-            start, _, planned, peak = self._pending.popleft()
+            start, _, planned, peak, sigma = self._pending.popleft()
             if peak >= 0:  # NaN (a gap in the span) and -1 (nothing seen) are not scored
                 band = self._bands[band_of(start, self.cfg.num_bands)]
-                band.append((start, peak / planned, planned))
+                band.append((start, peak / planned, planned, sigma))
         oldest = now_s - self.cfg.window_s
         for band in self._bands:
             while band and band[0][0] < oldest:
@@ -142,12 +176,16 @@ class HeadroomLearner:
         return sum(len(b) for b in self._bands)
 
     def headroom(self, at_s: float) -> Headroom:
-        """The headroom for plans serving at `at_s` (its band's share of the budget). Recomputed
-        every `REFRESH_S`: sorting up to a week of scores is too slow for every 10 s tick."""
+        """The headroom for plans serving at `at_s`: its band's and the current volatility's
+        class's share of the budget. Recomputed every `REFRESH_S`: sorting up to a week of
+        scores is too slow for every 10 s tick."""
         key = math.floor(at_s / REFRESH_S)
         if key != self._cache_key:
-            self._cache, self._cache_key = self._compute(), key
-        head = self._cache[band_of(at_s, self.cfg.num_bands)]
+            self._compute()
+            self._cache_key = key
+        sigma = self.volatility.sigma()
+        group = (band_of(at_s, self.cfg.num_bands), class_of(_nan(sigma), self._thresholds))
+        head = self._cache.get(group, self._pooled)
         fb = self.feedback.factor
         if head.factor is None or fb == 1.0:
             return head
@@ -155,25 +193,50 @@ class HeadroomLearner:
         basis = f"{head.basis}, x {fb:.2f} SLO feedback"
         return Headroom(min(max(head.factor * fb, lo), hi), basis, head.num_scores)
 
-    def _compute(self) -> list[Headroom]:
+    def _compute(self) -> None:
         cfg = self.cfg
         pooled = [x for b in self._bands for x in b]
+        self._cache, self._thresholds = {}, None
         if len(pooled) < cfg.min_scores:
             why = f"{len(pooled)} scores, < {cfg.min_scores}: not learned"
-            return [Headroom(None, why, len(pooled))] * cfg.num_bands
-        own = [i for i, band in enumerate(self._bands) if len(band) >= cfg.min_scores]
-        spent = allocate([self._arrays(self._bands[i]) for i in own], cfg.quantile) if own else []
-        values = dict(zip(own, spent, strict=True))
-        # a band with too few scores of its own: every band's scores at the plain quantile
-        pooled_value = allocate([self._arrays(pooled)], cfg.quantile)[0]
+            self._pooled = Headroom(None, why, len(pooled))
+            return
+        arr = np.array([x[1:4] for x in pooled])  # ratio, forecast, sigma per score
+        ratios, weights, sigmas = arr[:, 0], arr[:, 1], arr[:, 2]
+        known = sigmas[np.isfinite(sigmas)]
+        k = cfg.num_volatility_classes
+        if k > 1 and len(known) >= cfg.min_scores:
+            self._thresholds = np.quantile(known, [i / k for i in range(1, k)])
+            classes = np.searchsorted(self._thresholds, sigmas, side="left")
+            classes[~np.isfinite(sigmas)] = -1
+        else:
+            classes = np.full(len(pooled), -1)
+        bands = np.repeat(np.arange(cfg.num_bands), [len(b) for b in self._bands])
+        keys = bands * (k + 1) + classes + 1  # one integer per (band, class) group
+        found, counts = np.unique(keys, return_counts=True)
+        own = [int(g) for g, n in zip(found, counts, strict=True) if n >= cfg.min_scores]
+        groups = {g: (ratios[keys == g], weights[keys == g]) for g in own}
+        spent = allocate([groups[g] for g in own], cfg.quantile) if own else []
+        # a group with too few scores of its own: every score at the plain quantile
         lo, hi = cfg.clip
-        out = []
-        for i, band in enumerate(self._bands):
-            n, where = (len(band), f"band {i} of {cfg.num_bands}") if i in values else (
-                len(pooled), "all bands pooled")  # fmt: skip
+        pooled_value = allocate([(ratios, weights)], cfg.quantile)[0]
+        basis = (
+            f"{len(pooled)} actual/forecast ratios (all pooled), q{cfg.quantile:g} of all traffic"
+        )
+        self._pooled = Headroom(min(max(pooled_value, lo), hi), basis, len(pooled))
+        for g, value in zip(own, spent, strict=True):
+            group = (g // (k + 1), g % (k + 1) - 1)
+            n = len(groups[g][0])
+            where = self._where(group)
             basis = f"{n} actual/forecast ratios ({where}), q{cfg.quantile:g} of all traffic"
-            out.append(Headroom(min(max(values.get(i, pooled_value), lo), hi), basis, n))
-        return out
+            self._cache[group] = Headroom(min(max(value, lo), hi), basis, n)
+
+    def _where(self, group: tuple[int, int]) -> str:
+        band, cls = group
+        parts = [f"band {band} of {self.cfg.num_bands}"] if self.cfg.num_bands > 1 else []
+        if cls >= 0:
+            parts.append(f"volatility class {cls + 1} of {self.cfg.num_volatility_classes}")
+        return ", ".join(parts) or "all scores"
 
     @staticmethod
     def _arrays(scores) -> tuple[np.ndarray, np.ndarray]:
@@ -186,6 +249,7 @@ class HeadroomLearner:
         cfg["feedback_range"] = list(self.cfg.feedback_range)
         return {
             "feedback": self.feedback.to_dict(),
+            "volatility": self.volatility.to_dict(),
             "config": cfg,
             "pending": [list(x) for x in self._pending],
             "bands": [[list(x) for x in b] for b in self._bands],
@@ -199,7 +263,20 @@ class HeadroomLearner:
             cfg["feedback_range"] = tuple(cfg["feedback_range"])
         learner = cls(HeadroomConfig(**cfg))
         learner.feedback = SloFeedback.from_dict(d.get("feedback"))
-        learner._pending.extend([float(x) for x in plan] for plan in d["pending"])
+        learner.volatility = VolatilityTracker.from_dict(
+            d.get("volatility"), learner.cfg.volatility_num_jumps
+        )
+        # histories saved before volatility was tracked: their plans and scores have no sigma
+        learner._pending.extend(_with_sigma(plan, 5) for plan in d["pending"])
         for band, items in zip(learner._bands, d["bands"], strict=True):
-            band.extend(tuple(float(v) for v in x) for x in items)
+            band.extend(tuple(_with_sigma(x, 4)) for x in items)
         return learner
+
+
+def _nan(x: float | None) -> float:
+    return math.nan if x is None else x
+
+
+def _with_sigma(values: list, length: int) -> list[float]:
+    out = [float(v) for v in values]
+    return out + [math.nan] * (length - len(out))

@@ -117,16 +117,7 @@ def run_trace(name: str, args, service: ServiceModel) -> dict:
         "ttft_slo_s": cfg.ttft_slo_s,
         "policy_config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
         "headroom_config": {
-            k: getattr(settings.headroom, k)
-            for k in (
-                "quantile",
-                "num_bands",
-                "window_s",
-                "min_scores",
-                "clip",
-                "feedback_gain_per_s",
-                "feedback_range",
-            )
+            k: getattr(settings.headroom, k) for k in settings.headroom.__dataclass_fields__
         },
         "sweeps": sweeps,
         **summarise(sweeps, HeadroomConfig().quantile),

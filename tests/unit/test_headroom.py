@@ -14,7 +14,8 @@ HOUR = 3600.0
 
 
 def learner(**kw) -> HeadroomLearner:
-    values = dict(quantile=0.9, num_bands=4, min_scores=10)
+    # time-of-day bands alone (the volatility classes have tests of their own below)
+    values = dict(quantile=0.9, num_bands=4, min_scores=10, num_volatility_classes=1)
     values.update(kw)
     return HeadroomLearner(HeadroomConfig(**values))
 

@@ -1,0 +1,121 @@
+"""Recent volatility, and the headroom learned per volatility class (Mondrian conformal)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autoscaling.headroom import HeadroomConfig, HeadroomLearner, class_of
+from autoscaling.volatility import WINDOW_S, VolatilityTracker
+
+
+def feed(tracker: VolatilityTracker, window_rates: list[float | None], t0: float = 0.0) -> None:
+    """One observation in the middle of each 10-minute window (None: a gap)."""
+    for i, rate in enumerate(window_rates):
+        tracker.observe(t0 + (i + 0.5) * WINDOW_S, rate)
+
+
+def test_no_volatility_before_two_complete_windows():
+    v = VolatilityTracker()
+    feed(v, [100.0, 150.0])  # the second window is still open
+    assert v.sigma() is None
+    v.observe(2.5 * WINDOW_S, 100.0)  # a third window opens: the second is complete
+    assert v.sigma() == pytest.approx(math.log(1.5))
+
+
+def test_flat_traffic_has_zero_volatility_and_jumps_count_both_ways():
+    flat, jumpy = VolatilityTracker(), VolatilityTracker()
+    feed(flat, [100.0] * 10)
+    feed(jumpy, [100.0, 200.0, 100.0, 200.0, 100.0])
+    assert flat.sigma() == 0.0
+    assert jumpy.sigma() == pytest.approx(math.log(2.0))
+
+
+def test_only_the_last_jumps_count():
+    v = VolatilityTracker(num_jumps=2)
+    feed(v, [100.0, 300.0, 100.0, 100.0, 100.0, 100.0])  # the jumps are older than 2 windows
+    assert v.sigma() == 0.0
+
+
+def test_no_jump_is_measured_across_a_gap():
+    v = VolatilityTracker()
+    feed(v, [100.0, None, 400.0, 400.0])
+    assert v.sigma() is None  # 100 -> (gap) -> 400 is not a jump; 400 -> 400 is still open
+    v.observe(4.5 * WINDOW_S, 400.0)
+    assert v.sigma() == 0.0
+
+
+def test_the_tracker_survives_a_round_trip_through_a_dict():
+    v = VolatilityTracker(num_jumps=3)
+    feed(v, [100.0, 150.0, 120.0, 130.0])
+    back = VolatilityTracker.from_dict(v.to_dict(), 3)
+    assert back.sigma() == v.sigma()
+    assert VolatilityTracker.from_dict(None, 3).sigma() is None  # a history saved before
+
+
+def test_classes_split_at_the_thresholds_and_unknown_volatility_has_none():
+    import numpy as np
+
+    thresholds = np.array([0.05, 0.15])
+    assert [class_of(s, thresholds) for s in (0.0, 0.05, 0.1, 0.3)] == [0, 0, 1, 2]
+    assert class_of(math.nan, thresholds) == -1
+    assert class_of(0.1, None) == -1
+
+
+def learner(classes: int = 2) -> HeadroomLearner:
+    cfg = HeadroomConfig(quantile=0.95, min_scores=5, num_volatility_classes=classes)
+    return HeadroomLearner(cfg)
+
+
+def run_phase(h: HeadroomLearner, t: float, window_rates: list[float]) -> float:
+    """Each 10 s a plan for the next 5 minutes, sized for the rate now (a last-value forecast),
+    then the next 10 s seen. Plans late in a window see the next window's jump."""
+    for rate in window_rates:
+        for _ in range(int(WINDOW_S // 10)):
+            h.observe(t, rate)
+            h.expect(t, t + 300.0, rate)
+            t += 10.0
+    return t
+
+
+def test_a_jumpy_hour_gets_the_jumpy_hours_headroom_and_a_calm_one_the_calm_ones():
+    h = learner()
+    t = run_phase(h, 0.0, [100.0] * 12)  # two calm hours: the last value is always right
+    t = run_phase(h, t, [100.0, 160.0] * 6)  # two jumpy hours: 60% jumps at window edges
+    t = run_phase(h, t, [100.0] * 7)  # calm again for an hour and more
+    calm = h.headroom(t)
+    assert calm.factor == pytest.approx(1.0) and "volatility class 1 of 2" in calm.basis
+    t = run_phase(h, t, [100.0, 160.0] * 2)  # volatility is back up
+    jumpy = h.headroom(t + 600.0)
+    assert jumpy.factor == pytest.approx(1.6) and "volatility class 2 of 2" in jumpy.basis
+
+
+def test_one_class_is_the_plain_quantile_over_all_scores():
+    h = learner(classes=1)
+    run_phase(h, 0.0, [100.0] * 12 + [100.0, 160.0] * 6)
+    head = h.headroom(5 * 3600.0)
+    assert "all scores" in head.basis and "volatility" not in head.basis
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "allowed"),
+    [("num_volatility_classes", 0, "1 <= "), ("volatility_num_jumps", 200, "<= 144")],
+)
+def test_bad_volatility_settings_name_the_field_and_the_range(field, value, allowed):
+    with pytest.raises(ValueError, match=field) as err:
+        HeadroomConfig(**{field: value})
+    assert allowed in str(err.value)
+
+
+def test_a_history_saved_before_volatility_loads_and_learns_on():
+    h = learner()
+    run_phase(h, 0.0, [100.0] * 3)
+    old = h.to_dict()
+    del old["volatility"]
+    old["bands"] = [[x[:3] for x in band] for band in old["bands"]]
+    old["pending"] = [x[:4] for x in old["pending"]]
+    back = HeadroomLearner.from_dict(old)
+    assert back.num_scores() == h.num_scores() and back.volatility.sigma() is None
+    run_phase(back, 3 * WINDOW_S, [100.0] * 3)
+    assert back.headroom(6 * WINDOW_S).factor == pytest.approx(1.0)
