@@ -18,14 +18,13 @@ and a group with rare, huge surprises is not made to cover them at any price.
 Why volatility and not time of day by default: jumps cluster in time (a jumpy hour is followed by
 another), so the last hour's volatility tells more about the next jump than the clock does. On
 the frontier replay (benchmarks/autoscaling_frontier.py) three volatility classes and one band
-beat six 4-hour bands on both traces (docs/autoscaling.md#learned-headroom).
+beat six 4-hour bands on both traces (docs/autoscaling.md#the-frontier-slo-against-gpu-hours).
 A trace with bigger surprises gets more headroom by itself, a calm one less, with the same
 settings; no cap is picked by looking at a trace.
 
 * A group with fewer than `min_scores` scores uses every score pooled (so does a plan made
   before any volatility was measured); with fewer than `min_scores` in all, there is no learned
-  headroom (the policy falls back to the R6 safety
-  factor, 1 / target_utilization).
+  headroom (the policy falls back to the R6 safety factor, 1 / target_utilization).
 * A plan that falls due in a trace gap (no rate observed) is dropped, never scored.
 * The SLO's own feedback (autoscaling/headroom_feedback.py, adaptive conformal inference)
   multiplies the result: up while the served traffic is in distress, down while it is not, so
@@ -68,7 +67,7 @@ class HeadroomConfig:
     num_volatility_classes: int = 3  # classes of recent volatility (1: not grouped by it)
     volatility_num_jumps: int = 6  # volatility over the last 6 jumps of 10-minute means: an hour
     window_s: float = 7 * _DAY_S  # scores older than this drop out (a week: every weekday)
-    min_scores: int = 50  # per band before the band's own quantile is used
+    min_scores: int = 50  # per group before the group's own quantile is used
     clip: tuple[float, float] = (0.5, 4.0)
     # the SLO's feedback on that headroom (autoscaling/headroom_feedback.py): log-headroom moved
     # per second of mean traffic, up when served in distress, down otherwise; 0 turns it off
@@ -116,7 +115,7 @@ def class_of(sigma: float, thresholds: np.ndarray | None) -> int:
 
 
 class HeadroomLearner:
-    """Pending plans in, scores per band, headroom out. Deterministic: time always comes in."""
+    """Pending plans in, scores per group, headroom out. Deterministic: time always comes in."""
 
     def __init__(self, cfg: HeadroomConfig | None = None) -> None:
         self.cfg = cfg or HeadroomConfig()
