@@ -22,8 +22,9 @@ beat six 4-hour bands on both traces (docs/autoscaling.md#the-frontier-slo-again
 A trace with bigger surprises gets more headroom by itself, a calm one less, with the same
 settings; no cap is picked by looking at a trace.
 
-* A group with fewer than `min_scores` scores uses every score pooled (so does a plan made
-  before any volatility was measured); with fewer than `min_scores` in all, there is no learned
+* A group with fewer than `min_scores` scores uses every score pooled. Plans made before any
+  volatility was measured (a fresh start, a history saved before it was tracked) are a group of
+  their own, until they leave the window. With fewer than `min_scores` in all, there is no learned
   headroom (the policy falls back to the R6 safety factor, 1 / target_utilization).
 * A plan that falls due in a trace gap (no rate observed) is dropped, never scored.
 * The SLO's own feedback (autoscaling/headroom_feedback.py, adaptive conformal inference)
