@@ -34,7 +34,7 @@ settings; no cap is picked by looking at a trace.
   is above the rate most of the time), never absurd when a few scores are wild.
 
 `HeadroomLearner` holds the scores (like the Forecaster, an accumulator with time passed in);
-`band_of`, `class_of` and `headroom_alloc.allocate` are the pure arithmetic, tested on their own.
+`band_of`, `classes_of` and `headroom_alloc.allocate` are the pure arithmetic, tested on their own.
 The scores are split-conformal in spirit: each plan is judged on traffic it had not seen when it
 was made.
 """
@@ -106,13 +106,20 @@ def band_of(t_s: float, num_bands: int) -> int:
     return min(int((t_s % _DAY_S) // (_DAY_S / num_bands)), num_bands - 1)
 
 
-def class_of(sigma: float, thresholds: np.ndarray | None) -> int:
-    """The volatility class of sigma between `thresholds` (ascending; a sigma equal to one is in
-    the class below it, so flat traffic's zeros are one class); -1: no class (sigma not
+def classes_of(sigmas: np.ndarray, thresholds: np.ndarray | None) -> np.ndarray:
+    """The volatility class of each sigma between `thresholds` (ascending; a sigma equal to one is
+    in the class below it, so flat traffic's zeros are one class); -1: no class (sigma not
     measured, or classes not learned yet)."""
-    if thresholds is None or not math.isfinite(sigma):
-        return -1
-    return int(np.searchsorted(thresholds, sigma, side="left"))
+    if thresholds is None:
+        return np.full(len(sigmas), -1)
+    classes = np.searchsorted(thresholds, sigmas, side="left")
+    classes[~np.isfinite(sigmas)] = -1
+    return classes
+
+
+def class_of(sigma: float, thresholds: np.ndarray | None) -> int:
+    """`classes_of` for one sigma."""
+    return int(classes_of(np.array([sigma]), thresholds)[0])
 
 
 class HeadroomLearner:
@@ -207,10 +214,7 @@ class HeadroomLearner:
         k = cfg.num_volatility_classes
         if k > 1 and len(known) >= cfg.min_scores:
             self._thresholds = np.quantile(known, [i / k for i in range(1, k)])
-            classes = np.searchsorted(self._thresholds, sigmas, side="left")
-            classes[~np.isfinite(sigmas)] = -1
-        else:
-            classes = np.full(len(pooled), -1)
+        classes = classes_of(sigmas, self._thresholds)
         bands = np.repeat(np.arange(cfg.num_bands), [len(b) for b in self._bands])
         keys = bands * (k + 1) + classes + 1  # one integer per (band, class) group
         found, counts = np.unique(keys, return_counts=True)
@@ -237,10 +241,6 @@ class HeadroomLearner:
         if cls >= 0:
             parts.append(f"volatility class {cls + 1} of {self.cfg.num_volatility_classes}")
         return ", ".join(parts) or "all scores"
-
-    @staticmethod
-    def _arrays(scores) -> tuple[np.ndarray, np.ndarray]:
-        return np.array([x[1] for x in scores]), np.array([x[2] for x in scores])
 
     # ----- persistence -----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
