@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from capacity import memory
+from serving.engine import host_memory
 from serving.engine.kv_blocks import BlockPool
 
 
@@ -61,14 +62,16 @@ def allocate(
     layout = memory.paging_layout(model_config)
     if layout.group_windows != pool.group_windows:
         raise ValueError(f"pool groups {pool.group_windows} != layout {layout.group_windows}")
-    tensor = torch.zeros(
+    dims = (
         layout.layers_per_group,
         2,
         shape.num_kv_heads,
         pool.num_blocks + 1,
         pool.block_size_tokens,
         shape.head_dim,
-        dtype=dtype,
-        device=device,
     )
+    if device.type == "cpu":  # read at scattered blocks every step: huge pages spare the TLB
+        tensor = host_memory.zeros(dims, dtype)
+    else:
+        tensor = torch.zeros(dims, dtype=dtype, device=device)
     return tensor if layout.num_groups == 1 else GroupedKVCache(tensor, layout, pool)

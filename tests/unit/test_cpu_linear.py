@@ -69,11 +69,27 @@ def test_tied_head_keeps_the_embedding_weight():
     torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-4)
 
 
-def test_can_pack_is_cpu_float32_only():
-    cpu = torch.device("cpu")
-    assert can_pack(cpu, torch.float32) == torch.backends.mkldnn.is_available()
-    assert not can_pack(cpu, torch.bfloat16)  # not measured on a CPU with bf16 units
-    assert not can_pack(torch.device("cuda"), torch.float32)
+def test_can_pack_float32_on_cpu_and_bfloat16_only_with_native_bf16_units():
+    cpu, mkldnn = torch.device("cpu"), torch.backends.mkldnn.is_available()
+    avx2, zen4 = frozenset({"avx2"}), frozenset({"avx2", "avx512f", "avx512_bf16"})
+    assert can_pack(cpu, torch.float32, avx2) == mkldnn
+    assert not can_pack(cpu, torch.bfloat16, avx2)  # emulated bf16: not measured, stays off
+    assert can_pack(cpu, torch.bfloat16, zen4) == mkldnn
+    assert can_pack(cpu, torch.bfloat16, frozenset({"amx_bf16"})) == mkldnn
+    assert not can_pack(cpu, torch.float16, zen4)
+    assert not can_pack(torch.device("cuda"), torch.float32, zen4)
+
+
+@needs_mkldnn
+@pytest.mark.parametrize("rows", [1, 16, 93])
+def test_packed_bfloat16_matches_f_linear_to_bf16_rounding(rows):
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 96, bias=False).to(torch.bfloat16)
+    x = torch.randn(rows, 64, dtype=torch.bfloat16)
+    got, want = PackedLinear(linear)(x), linear(x)
+    assert got.dtype == torch.bfloat16
+    # both accumulate in float32 and round once: at most a bf16 ulp apart (2^-8 relative)
+    torch.testing.assert_close(got.float(), want.float(), rtol=2**-7, atol=1e-2)
 
 
 @needs_mkldnn

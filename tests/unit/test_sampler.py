@@ -44,6 +44,9 @@ def test_greedy_rows_are_argmax_bit_for_bit_beside_sampled_rows():
     assert [out[i] for i in (0, 2, 4)] == [expect[i] for i in (0, 2, 4)]
     bf16 = logits.to(torch.bfloat16)  # the model's dtype: argmax of the raw rows, not a copy
     assert sample(bf16, [seq(greedy, sid=i) for i in range(6)]) == bf16.argmax(-1).tolist()
+    # A mixed half-precision batch picks what its float32 widening picks, seeded draws included.
+    mixed = sample(bf16, [seq(p, sid=i) for i, p in enumerate(params)])
+    assert mixed == sample(bf16.float(), [seq(p, sid=i) for i, p in enumerate(params)])
 
 
 def test_seeded_rows_repeat_whatever_else_is_in_the_batch():
