@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from benchmarks import _common as c
 from benchmarks.peer_http import chat_prompts
+from serving.engine import torch_thread
 
 TARGET = 3.0
 ENGINE = dict(max_num_seqs=64, min_num_seqs=16, max_num_batched_tokens=512, block_size_tokens=16)
@@ -59,8 +60,12 @@ def run_generate_batch(model, prompts: list[list[int]], max_tokens: int) -> tupl
         max_requests_per_batch=ENGINE["max_num_seqs"],
     )
     t0 = time.perf_counter()
-    res = model.generate_batch(
-        prompts, generation_config=gen, continuous_batching_config=cb, max_new_tokens=max_tokens
+    res = torch_thread.call(
+        model.generate_batch,
+        prompts,
+        generation_config=gen,
+        continuous_batching_config=cb,
+        max_new_tokens=max_tokens,
     )
     wall = time.perf_counter() - t0
     by_id = sorted(res.values(), key=lambda r: int(str(r.request_id).rsplit("_", 1)[-1]))
@@ -98,7 +103,11 @@ def load(args):
     # generate_batch gets its own copy: the engine installs its attention function on its model.
     from transformers import AutoModelForCausalLM
 
-    peer = AutoModelForCausalLM.from_pretrained(model_dir, dtype=engine.dtype).eval()
+    # Loaded and called on the thread our engines were built on, as a script that loads a model
+    # and calls generate_batch does on its one thread: no extra OpenMP team of ours slows the
+    # peer, nor one of its load ours (serving/engine/torch_thread.py).
+    peer = torch_thread.call(AutoModelForCausalLM.from_pretrained, model_dir, dtype=engine.dtype)
+    peer.eval()
     return engine, unpacked, peer, tokenizer
 
 

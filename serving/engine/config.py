@@ -73,9 +73,10 @@ class EngineConfig:
     # auto: paged when the model supports transformers' attention interface.
     runner: str = "auto"
     seed: int = 0  # seeds unseeded sampling (a request's own `seed` still wins)
-    # CPU, float32, models with 64 MiB of linear weights or more: hold those weights in
-    # oneDNN's blocked layout, packed once at load, so small-batch decode matmuls do not re-pack
-    # them every step (serving/engine/cpu_linear.py). Off: plain torch.nn.functional.linear.
+    # CPU, float32 (bfloat16 where the CPU has native bf16 units), models with 64 MiB of linear
+    # weights or more: hold those weights in oneDNN's blocked layout, packed once at load, so
+    # small-batch decode matmuls do not re-pack them every step (serving/engine/cpu_linear.py).
+    # Off: plain torch.nn.functional.linear.
     cpu_packed_linear: bool = True
     # How the paged runner's decode rows read the KV cache. gather: copy each decode group's
     # blocks, then SDPA (fastest on CPU); flex: FlexAttention reads the cache in place through

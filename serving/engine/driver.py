@@ -13,10 +13,10 @@ import dataclasses
 import logging
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from serving.engine import torch_thread
 from serving.engine.detokenize import IncrementalDetokenizer
 from serving.engine.outputs import EngineDeadError, RequestTimeoutError, StreamDelta
 from serving.engine.sequence import SeqStatus, Sequence
@@ -90,7 +90,9 @@ class AsyncDriver:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task | None = None
         self._wake: asyncio.Event | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tideserve-engine")
+        # the process's torch thread: the engine was built there, and a step on any other
+        # thread would start a second OpenMP team (serving/engine/torch_thread.py)
+        self._executor = torch_thread.executor()
         self._streams: dict[str, _Stream] = {}
         self.error: BaseException | None = None
 

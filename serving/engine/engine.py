@@ -8,7 +8,6 @@ thread while the event loop keeps accepting requests, and the scheduler is touch
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -17,7 +16,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from serving.engine import cpu_linear, loader
+from serving.engine import cpu_linear, loader, torch_thread
 from serving.engine.config import EngineConfig
 from serving.engine.driver import AsyncDriver
 from serving.engine.features import check_model
@@ -51,6 +50,10 @@ class LLMEngine:
         config: EngineConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        # on the process's one torch thread, where the steps run (serving/engine/torch_thread.py)
+        torch_thread.call(self._setup, model, tokenizer, config, clock)
+
+    def _setup(self, model, tokenizer, config: EngineConfig | None, clock) -> None:
         cfg = config or EngineConfig()
         if cfg.device != "auto" or cfg.dtype != "auto":  # an explicit choice moves the model
             device = loader.resolve_device(cfg.device)
@@ -124,13 +127,9 @@ class LLMEngine:
         """Load a model directory / hub id (already on disk), or wrap a loaded model.
         A directory's own modelling code runs only with trust_remote_code=True."""
         cfg = config or EngineConfig()
-        device = loader.resolve_device(cfg.device)
-        saved = loader.saved_dtype(path_or_model, trust_remote_code)
-        dtype = loader.resolve_dtype(cfg.dtype, device, saved)
-        if isinstance(path_or_model, str | os.PathLike):  # refuse before reading weights
-            loader.preflight(path_or_model, cfg, dtype, device, trust_remote_code)
-        model = loader.load_model(path_or_model, dtype, device, trust_remote_code)
-        tok = loader.load_tokenizer(path_or_model, tokenizer, trust_remote_code)
+        model, tok = torch_thread.call(
+            loader.load_checked, path_or_model, cfg, tokenizer, trust_remote_code
+        )
         return cls(model, tok, cfg, **kw)
 
     # ----- requests ------------------------------------------------------------------------
@@ -239,6 +238,9 @@ class LLMEngine:
     # ----- the step --------------------------------------------------------------------------
     def step(self) -> list[Sequence]:
         """One engine iteration; returns every sequence that got a token, finished or failed."""
+        return torch_thread.call(self._step)
+
+    def _step(self) -> list[Sequence]:
         t0 = time.perf_counter()
         aborted = self._drain_inbox()
         batch = self.scheduler.schedule(self.clock())

@@ -70,6 +70,17 @@ def load_model(
     return model.to(device=device, dtype=dtype).eval()
 
 
+def load_checked(path_or_model, cfg: EngineConfig, tokenizer, trust_remote_code: bool):
+    """(model, tokenizer) at the config's device and dtype; a directory is checked first
+    (`preflight`), before a weight is read."""
+    device = resolve_device(cfg.device)
+    dtype = resolve_dtype(cfg.dtype, device, saved_dtype(path_or_model, trust_remote_code))
+    if isinstance(path_or_model, str | os.PathLike):
+        preflight(path_or_model, cfg, dtype, device, trust_remote_code)
+    model = load_model(path_or_model, dtype, device, trust_remote_code)
+    return model, load_tokenizer(path_or_model, tokenizer, trust_remote_code)
+
+
 def load_tokenizer(path_or_model, tokenizer, trust_remote_code: bool = False):
     if tokenizer is not None or not isinstance(path_or_model, str | os.PathLike):
         return tokenizer
