@@ -11,6 +11,9 @@ only the knob named below is swept, and its default is marked.
 
 Per trace and policy: GPU-hours to reach 99.5% and 99.9% of requests within the SLO (frontier,
 interpolated; none when never reached), and reactive's violations at tideserve's GPU-hours.
+violation_episodes (autoscaling/replay/episodes.py): for tideserve's default and the reactive
+point nearest its GPU-hours, the share of violations in episodes that follow a step up of the
+trace's 10-minute rate, and how long those last against one tick plus one cold start.
 --quick: m-small only, days 8-9 judged, 3-5 knob values per policy.
 """
 
@@ -55,6 +58,12 @@ def _service(args) -> ServiceModel:
     )
 
 
+def _nearest(rows: list[dict], gpu_hours: float) -> dict:
+    """The sweep point closest in GPU-hours: its knob value, GPU-hours and violation episodes."""
+    r = min(rows, key=lambda r: abs(r["gpu_hours"] - gpu_hours))
+    return {"value": r["value"], "gpu_hours": r["gpu_hours"], **r["episodes"]}
+
+
 def summarise(sweeps: dict[str, list[dict]], default_q: float) -> dict:
     oracle = sweeps["oracle"][0]["gpu_hours"]
     reach = {
@@ -79,6 +88,10 @@ def summarise(sweeps: dict[str, list[dict]], default_q: float) -> dict:
         }
         | {"gpu_hours_over_oracle": ts["gpu_hours"] / oracle},
         "reactive_violations_at_tideserve_gpu_hours": re_viol,
+        "violation_episodes": {
+            "tideserve_default": ts["episodes"],
+            "reactive_nearest_gpu_hours": _nearest(sweeps["reactive"], ts["gpu_hours"]),
+        },
         "targets": {
             "t1_default_ge_99_5_at_le_1_15x_oracle": ts["slo_attainment"] >= 0.995
             and ts["gpu_hours"] <= 1.15 * oracle,

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from autoscaling.policy import PolicyConfig
+from autoscaling.replay import episodes
 from autoscaling.replay.baselines import (
     KnativeController,
     OracleController,
@@ -106,6 +107,10 @@ def _one(task: tuple[Sweep, float]) -> dict:
     res = simulate(ctl, prep.arrivals, prep.observed, prep.t0_s, svc, s.interval_s, s.cold_start_s)
     row = metrics(res, prep, cfg.ttft_slo_s)
     row.pop("last_reasons")
+    floor_s = s.interval_s + s.cold_start_s  # the fastest answer to a step no one foresaw
+    row["episodes"] = episodes.summarise(
+        res.ttft_s, prep.arrivals, prep.scored, cfg.ttft_slo_s, prep.bin_s, floor_s
+    )
     row.update(policy=sw.policy, knob=sw.knob, value=value, hot_replicas=ctl.hot_replicas)
     row["label"] = (sw.labels or {}).get(value, f"{sw.knob}={value:g}")
     row["sim_wall_s"] = time.perf_counter() - t

@@ -79,6 +79,7 @@ class Prepared:
     t0_s: float  # time of day-zero clock of the first judged second
     scale: float
     peak_rps: float  # the judged span's highest window rate, scaled
+    bin_s: int = 600  # the trace's window: its rate steps at these edges
 
 
 def prepare(trace: RateTrace, cfg: PolicyConfig, s: ReplaySettings) -> Prepared:
@@ -104,7 +105,7 @@ def prepare(trace: RateTrace, cfg: PolicyConfig, s: ReplaySettings) -> Prepared:
     observed = np.where(scored, arrivals, np.nan)
     t0 = trace.start_s + n_train * trace.bin_s
     train = trace.rates_rps[:n_train] * scale
-    return Prepared(arrivals, observed, scored, train, t0, scale, peak * scale)
+    return Prepared(arrivals, observed, scored, train, t0, scale, peak * scale, rep)
 
 
 def _controllers(prep: Prepared, cfg: PolicyConfig, service: ServiceModel, s: ReplaySettings):
