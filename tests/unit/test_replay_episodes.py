@@ -22,19 +22,18 @@ def test_step_ratio_compares_a_window_with_the_one_before_it():
     assert np.isnan(step_ratio_at(arrivals, 30, BIN_S))  # the first window has none before it
 
 
-def traffic_with_a_step_and_a_blip() -> tuple[np.ndarray, np.ndarray]:
+def traffic_with_a_step_and_a_blip() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Three windows at 10, 20, 20 rps; TTFT misses the SLO for 40 s after the step up (a
     shortfall) and for 10 s in the calm third window (a blip no step explains)."""
     arrivals = np.r_[np.full(BIN_S, 10.0), np.full(BIN_S, 20.0), np.full(BIN_S, 20.0)]
     ttft = np.full(3 * BIN_S, 0.3)
     ttft[105:145] = 2.0
     ttft[250:260] = 2.0
-    return arrivals, ttft
+    return arrivals, ttft, np.ones(len(arrivals), dtype=bool)  # every second scored
 
 
 def test_the_violations_after_a_step_up_are_told_apart_from_the_rest():
-    arrivals, ttft = traffic_with_a_step_and_a_blip()
-    scored = np.ones(len(arrivals), dtype=bool)
+    arrivals, ttft, scored = traffic_with_a_step_and_a_blip()
     out = summarise(ttft, arrivals, scored, 1.0, BIN_S, reaction_floor_s=50.0)
     assert out["num_episodes"] == 2
     assert out["num_after_step_up"] == 1
@@ -43,8 +42,7 @@ def test_the_violations_after_a_step_up_are_told_apart_from_the_rest():
 
 
 def test_an_episode_starting_after_the_reaction_floor_is_not_blamed_on_the_step():
-    arrivals, ttft = traffic_with_a_step_and_a_blip()
-    scored = np.ones(len(arrivals), dtype=bool)
+    arrivals, ttft, scored = traffic_with_a_step_and_a_blip()
     # with a 4 s floor, an episode starting 5 s into the window was the policy's own doing
     out = summarise(ttft, arrivals, scored, 1.0, BIN_S, reaction_floor_s=4.0)
     assert out["num_after_step_up"] == 0
@@ -53,8 +51,7 @@ def test_an_episode_starting_after_the_reaction_floor_is_not_blamed_on_the_step(
 
 
 def test_unscored_seconds_are_neither_violations_nor_episodes():
-    arrivals, ttft = traffic_with_a_step_and_a_blip()
-    scored = np.ones(len(arrivals), dtype=bool)
+    arrivals, ttft, scored = traffic_with_a_step_and_a_blip()
     scored[240:300] = False  # a trace gap over the blip
     out = summarise(ttft, arrivals, scored, 1.0, BIN_S, reaction_floor_s=50.0)
     assert out["num_episodes"] == 1
