@@ -56,6 +56,10 @@ class EngineConfig:
     # arrived recently: an interactive request arriving mid-step waits for at most such a step
     # (tier isolation of TTFT). null: no cap (offline steps as large as max_num_batched_tokens).
     offline_step_tokens: int | None = 8
+    # Share of the engine's time offline-only steps may take while interactive requests arrived
+    # recently: after each, the engine idles (until a request arrives) so the next interactive
+    # prompt more often finds it free (serving/engine/offline_pacing.py). 1: no idling.
+    offline_duty_fraction: float = 0.5
     # on_demand keeps this share of blocks free at admission so running decodes can grow.
     on_demand_free_fraction: float = 0.02
     # Default queue deadline for requests that name none (None: wait as long as it takes).
@@ -120,6 +124,9 @@ class EngineConfig:
             check_range(
                 _OWNER, "offline_step_tokens", self.offline_step_tokens, 2, None, integer=True
             )
+        check_range(
+            _OWNER, "offline_duty_fraction", self.offline_duty_fraction, 0.0, 1.0, lo_open=True
+        )
         check_range(_OWNER, "on_demand_free_fraction", self.on_demand_free_fraction, 0.0, 0.5)
         if self.max_queue_wait_s is not None:
             check_range(_OWNER, "max_queue_wait_s", self.max_queue_wait_s, 0.0, None, lo_open=True)

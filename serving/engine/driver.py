@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from serving.engine import torch_thread
 from serving.engine.detokenize import IncrementalDetokenizer
+from serving.engine.offline_pacing import OfflinePacer
 from serving.engine.outputs import EngineDeadError, RequestTimeoutError, StreamDelta
 from serving.engine.sequence import SeqStatus, Sequence
 
@@ -95,6 +96,9 @@ class AsyncDriver:
         self._executor = torch_thread.executor()
         self._streams: dict[str, _Stream] = {}
         self.error: BaseException | None = None
+        self._pacer = OfflinePacer(engine.config.offline_duty_fraction)
+        self._num_wakes = 0
+        engine.observers.append(self._pacer)
 
     @property
     def running(self) -> bool:
@@ -105,6 +109,7 @@ class AsyncDriver:
         return self.error is None
 
     def wake(self) -> None:
+        self._num_wakes += 1  # a request or abort arrived (read by _rest)
         loop, event = self._loop, self._wake
         if loop is not None and event is not None and not loop.is_closed():
             loop.call_soon_threadsafe(event.set)
@@ -129,6 +134,7 @@ class AsyncDriver:
                     if not engine.has_unfinished():  # re-check: a request may have just arrived
                         await self._wake.wait()
                     continue
+                wakes = self._num_wakes
                 touched, started_s, end_s = await loop.run_in_executor(
                     self._executor, _timed, engine
                 )
@@ -138,6 +144,8 @@ class AsyncDriver:
                     engine.loop_gaps_s.append(started_s - ended_s)
                 ended_s = end_s
                 self._dispatch(touched)
+                if self._pacer.rest_s > 0 and await self._rest(self._pacer.rest_s, wakes):
+                    ended_s = None  # an idle gap by choice, not the loop's hand-off cost
         except asyncio.CancelledError:
             raise
         except BaseException as err:  # a dead loop must fail every waiter, never hang them
@@ -145,6 +153,17 @@ class AsyncDriver:
             self.error = err
             for st in self._streams.values():
                 st.put(EngineDeadError(f"engine loop died: {err!r}"))
+
+    async def _rest(self, rest_s: float, wakes: int) -> bool:
+        """Idle up to rest_s (offline pacing) unless a request or abort arrives; whether it
+        rested. An arrival during the step counted a wake (its event.set may already have run,
+        so the clear below would lose it); one after the clear sets the event and ends the wait."""
+        if self._num_wakes != wakes:
+            return False
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), rest_s)
+        return True
 
     def _delta(self, st: _Stream) -> StreamDelta:
         seq = st.seq

@@ -161,12 +161,15 @@ class Scheduler:
             cfg.kv_high_watermark,
         )
 
+    def interactive_recent(self, now: float) -> bool:
+        """Whether an interactive request arrived within the last INTERACTIVE_RECENT_S."""
+        last = self._last_interactive_s
+        return last is not None and now - last <= INTERACTIVE_RECENT_S
+
     def _offline_step_cap(self, now: float) -> int | None:
         """Offline tokens this step may carry; None: no cap (no recent interactive arrival)."""
-        cap, last = self.config.offline_step_tokens, self._last_interactive_s
-        if cap is None or last is None or now - last > INTERACTIVE_RECENT_S:
-            return None
-        return cap
+        cap = self.config.offline_step_tokens
+        return cap if cap is not None and self.interactive_recent(now) else None
 
     def _offline_tokens(self, seq: Sequence, tokens: int) -> int:
         """How many of `tokens` the step may schedule for `seq` under the offline cap."""
