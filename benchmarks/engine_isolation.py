@@ -8,8 +8,9 @@ One engine, the config's engine section and torch_threads (the default job's rep
 interactive client sends N chat requests one after another (max 32 tokens each, 0.2 s apart),
 measuring each request's TTFT (submit -> first delta); once alone, once while flood-factor x N
 offline requests (96 tokens each) were all submitted at the start. The offline tier is admitted
-only on idle capacity (engine.offline_idle_fraction), interactive work is admitted first, and a
-step carries at most engine.offline_step_tokens offline tokens while interactive requests arrive;
+only on idle capacity (engine.offline_idle_fraction), interactive work is admitted first, a
+step carries at most engine.offline_step_tokens offline tokens while interactive requests arrive,
+and offline-only steps then take at most engine.offline_duty_fraction of the engine's time;
 target: loaded interactive TTFT p50 <= 1.2 x unloaded.
 """
 
