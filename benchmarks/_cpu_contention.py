@@ -18,7 +18,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from benchmarks._common import cpu_snapshot, cpu_used
+from benchmarks._common import cpu_snapshot, cpu_used, process_role
 
 
 @dataclass(frozen=True)
@@ -87,8 +87,6 @@ def idle_background(duration_s: float) -> dict:
 def pids_of_role(role: str) -> list[int]:
     """Descendants of this process whose Ray role (benchmarks/_common.process_role) is `role`."""
     import psutil
-
-    from benchmarks._common import process_role
 
     out = []
     for proc in psutil.Process().children(recursive=True):

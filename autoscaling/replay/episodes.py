@@ -48,9 +48,8 @@ def summarise(
     bad = (ttft_s > slo_s) & scored
     rows = []
     for lo, hi in episodes(bad):
-        after_step = lo % bin_s <= reaction_floor_s and step_ratio_at(arrivals, lo, bin_s) >= (
-            step_ratio
-        )
+        near_edge = lo % bin_s <= reaction_floor_s
+        after_step = near_edge and step_ratio_at(arrivals, lo, bin_s) >= step_ratio
         rows.append((float(weight[lo:hi].sum()), hi - lo, after_step))
     total = sum(v for v, _, _ in rows)
     stepped = [(v, d) for v, d, s in rows if s]

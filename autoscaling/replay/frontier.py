@@ -88,7 +88,7 @@ def _controller(policy: str, value: float, prep: Prepared, cfg: PolicyConfig, sv
         head = replace(s.headroom, quantile=value)
         ctl = TideserveController(tcfg, cold_start_p95_s=s.cold_start_s, headroom=head)
         if len(prep.train_rates):
-            ctl.train(prep.t0_s - len(prep.train_rates) * 600.0, 600.0, prep.train_rates)
+            ctl.train(prep.t0_s - len(prep.train_rates) * prep.bin_s, prep.bin_s, prep.train_rates)
         return ctl
     if policy == "oracle":
         look = int(s.cold_start_s) + s.interval_s

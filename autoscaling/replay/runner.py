@@ -79,7 +79,7 @@ class Prepared:
     t0_s: float  # time of day-zero clock of the first judged second
     scale: float
     peak_rps: float  # the judged span's highest window rate, scaled
-    bin_s: int = 600  # the trace's window: its rate steps at these edges
+    bin_s: int  # the trace's window (train_rates are its means): its rate steps at these edges
 
 
 def prepare(trace: RateTrace, cfg: PolicyConfig, s: ReplaySettings) -> Prepared:
@@ -130,7 +130,9 @@ def _controllers(prep: Prepared, cfg: PolicyConfig, service: ServiceModel, s: Re
             )
             ctl = TideserveController(tcfg, cold_start_p95_s=s.cold_start_s, headroom=s.headroom)
             if len(prep.train_rates):
-                ctl.train(prep.t0_s - len(prep.train_rates) * 600.0, 600.0, prep.train_rates)
+                ctl.train(
+                    prep.t0_s - len(prep.train_rates) * prep.bin_s, prep.bin_s, prep.train_rates
+                )
             out[name] = ctl
         elif name == "static_peak":
             out[name] = StaticController(name, peak_n)
