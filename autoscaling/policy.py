@@ -12,8 +12,10 @@ The hot pool is constant (R5/R9). The cold pool follows the forecast:
 
 * Scale-up is immediate: a forecast that needs more replicas gets them now.
 * Emergency (Knative's panic mode): when the queue wait or the queue depth passes half the TTFT
-  SLO (depth measured in seconds of pool capacity), scale up at once to what the observed rate
-  plus draining the queue needs, and hold off any scale-down for `panic_hold_s`.
+  SLO (depth measured in seconds of pool capacity), or more than `panic_refused_share` of the
+  requests were refused for capacity (429: the replicas' admission sheds what would miss the
+  SLO, so their queues stay short), scale up at once to what the observed rate plus draining
+  the queue needs, and hold off any scale-down for `panic_hold_s`.
 * The batch lane's ask (`offline_cold_replicas`) is a floor on the cold target, within bounds.
 * Scale-down is the max recommendation over the last `stabilization_window_s` (the Kubernetes HPA
   rule), so a dip must last a whole window before replicas go; the controller then drains them.
@@ -53,6 +55,8 @@ class Snapshot:
     queue_depth: int  # requests waiting for a slot, all replicas together
     queue_wait_s: float  # oldest (or p99) queue wait right now
     forecast: Forecast
+    # of rate_rps, the requests refused for capacity (429) over the same interval
+    refused_rps: float = 0.0
     cold_start_p95_s: float | None = None  # measured; None until a cold start was seen
     lead_s: float | None = None  # per-time-window override in force (cluster.yaml), if any
     # learned multiplier on the forecast (autoscaling/headroom.py); None: not learned yet, plan at
@@ -122,32 +126,53 @@ def _replicas_for(rate_rps: float, cfg: PolicyConfig) -> int:
     return math.ceil(max(rate_rps, 0.0) / per_replica - 1e-9)
 
 
-def in_distress(queue_wait_s: float, queue_depth: float, ready: int, cfg: PolicyConfig) -> bool:
+def in_distress(
+    queue_wait_s: float,
+    queue_depth: float,
+    ready: int,
+    cfg: PolicyConfig,
+    refused_rps: float = 0.0,
+    rate_rps: float = 0.0,
+) -> bool:
     """The emergency test: the queue wait, or its depth in seconds of the ready replicas'
-    capacity, past `panic_queue_fraction` of the TTFT SLO (its requests miss the SLO)."""
+    capacity, past `panic_queue_fraction` of the TTFT SLO (its requests miss the SLO); or more
+    than `panic_refused_share` of the requests (`rate_rps` counts them all) refused for
+    capacity."""
     depth_s = queue_depth / (max(ready, 1) * cfg.replica_capacity_rps)
     limit_s = cfg.panic_queue_fraction * cfg.ttft_slo_s
-    return queue_wait_s > limit_s or depth_s > limit_s
+    return queue_wait_s > limit_s or depth_s > limit_s or _refusing(refused_rps, rate_rps, cfg)
+
+
+def _refusing(refused_rps: float, rate_rps: float, cfg: PolicyConfig) -> bool:
+    return refused_rps > 0 and refused_rps > cfg.panic_refused_share * rate_rps
 
 
 def _emergency_need(snap: Snapshot, cfg: PolicyConfig) -> tuple[int, str] | None:
     """Replicas the observed load needs right now when the queue passes half the SLO, else None."""
     ready = snap.hot_replicas + snap.cold_ready
-    if not in_distress(snap.queue_wait_s, snap.queue_depth, ready, cfg):
+    if not in_distress(
+        snap.queue_wait_s, snap.queue_depth, ready, cfg, snap.refused_rps, snap.rate_rps
+    ):
         return None
     capacity_rps = max(ready, 1) * cfg.replica_capacity_rps
     depth_s = snap.queue_depth / capacity_rps  # queue in seconds of current capacity
     limit_s = cfg.panic_queue_fraction * cfg.ttft_slo_s
-    what = f"queue wait {snap.queue_wait_s:.2f} s" if snap.queue_wait_s > limit_s else ""
-    what = what or f"queue depth {snap.queue_depth} ({depth_s:.2f} s of capacity)"
+    what = f"queue wait {snap.queue_wait_s:.2f} s > {limit_s:.2f} s (half the TTFT SLO)"
+    if snap.queue_wait_s <= limit_s:
+        what = f"queue depth {snap.queue_depth} ({depth_s:.2f} s of capacity) > {limit_s:.2f} s"
+    if snap.queue_wait_s <= limit_s and depth_s <= limit_s:
+        share = snap.refused_rps / max(snap.rate_rps, 1e-9)
+        what = f"{100 * share:.0f}% of requests refused for capacity (429)"
     # Serve the observed rate and drain, within panic_drain_s, the backlog plus what will pile up
-    # until the new replicas are ready (one cold start at the current shortfall).
+    # until the new replicas are ready (one cold start at the current shortfall). While the
+    # replicas refuse, the shortfall is turned away (429) instead of piling up: nothing to drain.
     cold_start_s = snap.cold_start_p95_s if snap.cold_start_p95_s is not None else cfg.lead_s
     shortfall_rps = max(snap.rate_rps - capacity_rps, 0.0)
-    backlog = snap.queue_depth + shortfall_rps * cold_start_s
+    piling_rps = 0.0 if snap.refused_rps > 0 else shortfall_rps
+    backlog = snap.queue_depth + piling_rps * cold_start_s
     rate = snap.rate_rps + backlog / cfg.panic_drain_s
     need = max(_replicas_for(rate, cfg), snap.hot_replicas + snap.cold_current + 1)
-    return need, f"{what} > {limit_s:.2f} s (half the TTFT SLO)"
+    return need, what
 
 
 def _slow_scale_down(

@@ -30,6 +30,10 @@ class PolicyConfig:
     # already covers the forecast's errors over the cold start (a long hold pays twice)
     stabilization_window_s: float = 120.0
     panic_queue_fraction: float = 0.5  # emergency when queue wait/depth > this x ttft_slo_s
+    # ... or when more than this share of the interval's requests were refused for capacity
+    # (429): the replicas' admission keeps their queues short by refusing, so under overload
+    # the refusals, not the queue, say that requests miss the SLO
+    panic_refused_share: float = 0.02
     panic_drain_s: float = 30.0  # an emergency sizes the pool to drain the queue this fast
     panic_hold_s: float = 60.0  # no scale-down this long after an emergency (Knative: 60 s)
 
@@ -46,6 +50,7 @@ class PolicyConfig:
         )
         check_range(o, "target_utilization", self.target_utilization, 0.0, 1.0, lo_open=True)
         check_range(o, "panic_queue_fraction", self.panic_queue_fraction, 0.0, 1.0, lo_open=True)
+        check_range(o, "panic_refused_share", self.panic_refused_share, 0.0, 1.0)
         for name in ("ttft_slo_s", "panic_drain_s"):
             check_range(o, name, getattr(self, name), 0.0, 86400.0, lo_open=True)
         for name in ("lead_s", "cold_start_margin_s", "horizon_s", "stabilization_window_s"):

@@ -56,6 +56,7 @@ class PolicyRuntime:
         self.history_path = history_path or cfg.controller.history_path
         self.history_path = self.history_path or default_history_path(cfg.controller.app_name)
         self.rate = RateMeter()
+        self.refused = RateMeter()  # the same readings' refusals (429 for capacity)
         self.clock: ModelClock | None = None
         self.target: int | None = None  # the cold target this runtime last returned
         self.next_tick_s = float("-inf")
@@ -95,7 +96,9 @@ class PolicyRuntime:
         self._tick(view, wall_s)
         return self.target
 
-    def _observed(self, view: PoolView, rate: float | None, model_now_s: float) -> step.Observed:
+    def _observed(
+        self, view: PoolView, rate: float | None, refused: float | None, model_now_s: float
+    ) -> step.Observed:
         assert self.clock is not None
         p95_wall = self.memory.tracker.p95_s()
         return step.Observed(
@@ -108,6 +111,7 @@ class PolicyRuntime:
             cold_start_p95_s=None if p95_wall is None else self.clock.to_model_s(p95_wall),
             lead_override_s=lead_override_s(self.cfg.controller, model_now_s),
             offline_cold_replicas=0 if view.ingress is None else view.ingress.offline_cold_replicas,
+            refused_rps=refused or 0.0,
             # the ingress's counts span its previous report to this one (wall time)
             rate_at_s=None if rate is None else self.clock.now(self.rate.mid_s),
         )
@@ -115,10 +119,11 @@ class PolicyRuntime:
     def _tick(self, view: PoolView, wall_s: float) -> None:
         assert self.clock is not None
         model_now = self.clock.now(wall_s)
-        rate = None
+        rate = refused = None
         if view.ingress is not None and view.ingress_sample_s is not None:
             rate = self.rate.update(view.ingress.num_requests, view.ingress_sample_s)
-        seen = self._observed(view, rate, model_now)
+            refused = self.refused.update(view.ingress.num_refused, view.ingress_sample_s)
+        seen = self._observed(view, rate, refused, model_now)
         decision, forecast = self.memory.tick(self.policy_cfg, seen, model_now)
         target = decision.cold_target
         current = view.cold_target if self.target is None else self.target

@@ -72,6 +72,7 @@ def read_view(contexts_by_name: dict[str, Any], now_s: float) -> PoolView:
             stats = [IngressStats.from_metrics(v) for _, v in reports.values()]
             ingress = IngressStats(
                 num_requests=sum(s.num_requests for s in stats),
+                num_refused=sum(s.num_refused for s in stats),
                 offline_cold_replicas=max(s.offline_cold_replicas for s in stats),
                 config_crc=stats[0].config_crc,
             )

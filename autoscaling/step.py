@@ -1,7 +1,7 @@
 """One controller tick, shared by the live controller and the replay: observe, forecast, decide.
 
     forecaster.observe(now, rate); learner.observe(now, rate)    (scores plans now due)
-    learner.feedback_on(now, rate, queue past the emergency limit)  (the SLO's own feedback)
+    learner.feedback_on(now, rate, in distress: queue or refusals)  (the SLO's own feedback)
     fc       = forecaster.predict(now, lead, horizon)
     headroom = learner.headroom(now + lead)                     (the band the plan serves in)
     decision = decide(snapshot with fc and headroom, state, cfg, now)
@@ -40,6 +40,7 @@ class Observed:
     cold_start_p95_s: float | None = None
     lead_override_s: float | None = None
     offline_cold_replicas: int = 0  # the batch lane's ask (a floor on the cold target)
+    refused_rps: float = 0.0  # of rate_rps, requests refused for capacity (429)
     # the time the rate was measured at (the middle of its counting span), when it is not now:
     # a rate counted over the last interval and reported late belongs to that interval, and
     # stamping it "now" compares a ramp's old rate with the profile of its new level
@@ -58,9 +59,9 @@ def tick(
     forecaster.observe(seen_at_s, obs.rate_rps)
     learner.observe(seen_at_s, obs.rate_rps)
     ready = obs.hot_ready + obs.cold_ready
-    learner.feedback_on(
-        now_s, obs.rate_rps, in_distress(obs.queue_wait_s, obs.queue_depth, ready, cfg)
-    )
+    rate = obs.rate_rps or 0.0
+    distress = in_distress(obs.queue_wait_s, obs.queue_depth, ready, cfg, obs.refused_rps, rate)
+    learner.feedback_on(now_s, obs.rate_rps, distress)
     lead = lead_s_for(cfg, obs.cold_start_p95_s, obs.lead_override_s)
     fc = forecaster.predict(now_s, lead, cfg.horizon_s)
     head = learner.headroom(now_s + lead)
@@ -72,6 +73,7 @@ def tick(
         queue_depth=obs.queue_depth,
         queue_wait_s=obs.queue_wait_s,
         forecast=fc,
+        refused_rps=obs.refused_rps,
         cold_start_p95_s=obs.cold_start_p95_s,
         lead_s=obs.lead_override_s,
         headroom=head.factor,

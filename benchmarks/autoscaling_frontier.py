@@ -1,6 +1,7 @@
 """Cost/SLO frontier of autoscaling policies on real traces: each policy's one knob swept.
 
     python benchmarks/autoscaling_frontier.py [--quick] [--json PATH] [--plot [PNG]] [--profile P]
+                                              [--admission]
 
 Setup (the same for every trace and every policy): train on days 1-7, judge the rest; the trace
 scaled so its judged peak needs 20 replicas at the planning utilisation; cold start 120 s;
@@ -15,6 +16,10 @@ violation_episodes (autoscaling/replay/episodes.py): for tideserve's default and
 point nearest its GPU-hours, the share of violations in episodes that follow a step up of the
 trace's 10-minute rate, and how long those last against one tick plus one cold start.
 --quick: m-small only, days 8-9 judged, 3-5 knob values per policy.
+--admission: the replicas refuse (429) what would pass the 1.0 s SLO, as tideserve's serving path
+does, instead of queueing it without bound; each refusal counts as a violation, and the policies
+see the refusals (tideserve's emergency path reads their share, the baselines the arrival rate,
+refused requests included). The default, an unbounded FIFO queue, is Ray Serve's own.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -40,6 +46,7 @@ from autoscaling.replay.traces import load_trace
 from benchmarks._common import TRACES_DIR, log, machine_info, write_json
 
 CAP_RPS = 20.0
+TTFT_SLO_S = 1.0
 TRACES = ("m-small", "m-large")
 SLOS = (0.995, 0.999)
 # the traces folder's other shapes, and why they are not in the frontier
@@ -49,13 +56,16 @@ NOT_REPLAYED = {
 
 
 def _service(args) -> ServiceModel:
+    admit = {"admit_ttft_s": TTFT_SLO_S} if args.admission else {}
     if not args.profile:
-        return ServiceModel(CAP_RPS, source="simple model (benchmark: 20 rps per replica)")
+        return ServiceModel(CAP_RPS, source="simple model (benchmark: 20 rps per replica)", **admit)
     from capacity.calibrate import Profile
 
-    return ServiceModel.from_profile(
-        Profile.load(args.profile), args.max_num_seqs, args.avg_input_tokens, args.avg_output_tokens
+    profile = Profile.load(args.profile)
+    svc = ServiceModel.from_profile(
+        profile, args.max_num_seqs, args.avg_input_tokens, args.avg_output_tokens
     )
+    return replace(svc, **admit)
 
 
 def _nearest(rows: list[dict], gpu_hours: float) -> dict:
@@ -108,7 +118,7 @@ def summarise(sweeps: dict[str, list[dict]], default_q: float) -> dict:
 
 def run_trace(name: str, args, service: ServiceModel) -> dict:
     trace = load_trace(TRACES_DIR / f"servegen_language_{name}_total.csv")
-    cfg = PolicyConfig(replica_capacity_rps=service.replica_capacity_rps, ttft_slo_s=1.0)
+    cfg = PolicyConfig(replica_capacity_rps=service.replica_capacity_rps, ttft_slo_s=TTFT_SLO_S)
     settings = ReplaySettings(
         scale_to_peak_replicas=20,
         cold_start_s=120.0,
@@ -127,6 +137,7 @@ def run_trace(name: str, args, service: ServiceModel) -> dict:
         "cold_start_s": settings.cold_start_s,
         "scale_to_peak_replicas": settings.scale_to_peak_replicas,
         "service_model": service.describe(),
+        "service_queue": "FIFO queue" if service.admit_ttft_s is None else "admission (429)",
         "ttft_slo_s": cfg.ttft_slo_s,
         "policy_config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
         "headroom_config": {
@@ -143,6 +154,7 @@ def main() -> int:
     ap.add_argument("--json", default=None, help="write the result here")
     ap.add_argument("--plot", nargs="?", const="", default=None, help="PNG (default: by --json)")
     ap.add_argument("--profile", default=None, help="calibrated capacity profile (capacity CLI)")
+    ap.add_argument("--admission", action="store_true", help="refuse (429) past the SLO")
     ap.add_argument("--jobs", type=int, default=1, help="simulations in parallel (processes)")
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--avg-input-tokens", type=float, default=1000.0)

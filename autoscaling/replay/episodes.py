@@ -1,6 +1,7 @@
 """Where a policy's SLO violations come from: episodes, and the rate steps that start them.
 
-An episode is a run of consecutive seconds whose TTFT misses the SLO. A trace given as
+An episode is a run of consecutive seconds whose TTFT misses the SLO or that refuse requests
+(429, with a service model that admits). A trace given as
 10-minute means (ServeGen) changes rate at window edges, so most of a replay's violations
 follow a step up that no forecast saw coming: once the capacity held at the edge is short,
 no replica can help before one tick plus one cold start (`reaction_floor_s`). An episode that
@@ -42,10 +43,13 @@ def summarise(
     bin_s: int,
     reaction_floor_s: float,
     step_ratio: float = 1.25,
+    refused: np.ndarray | None = None,
 ) -> dict:
-    """Violation episodes of one simulated policy, split by whether a step up started them."""
-    weight = np.where(scored, arrivals, 0.0)
-    bad = (ttft_s > slo_s) & scored
+    """Violation episodes of one simulated policy, split by whether a step up started them.
+    `refused`: requests refused per second (violations too; their TTFT is not in ttft_s)."""
+    refused = np.zeros(len(arrivals)) if refused is None else refused
+    weight = np.where(scored, np.where(ttft_s > slo_s, arrivals, refused), 0.0)
+    bad = weight > 0
     rows = []
     for lo, hi in episodes(bad):
         near_edge = lo % bin_s <= reaction_floor_s

@@ -109,8 +109,9 @@ def _one(task: tuple[Sweep, float]) -> dict:
     row.pop("last_reasons")
     floor_s = s.interval_s + s.cold_start_s  # the fastest answer to a step no one foresaw
     row["episodes"] = episodes.summarise(
-        res.ttft_s, prep.arrivals, prep.scored, cfg.ttft_slo_s, prep.bin_s, floor_s
-    )
+        res.ttft_s, prep.arrivals, prep.scored, cfg.ttft_slo_s, prep.bin_s, floor_s,
+        refused=res.refused,
+    )  # fmt: skip
     row.update(policy=sw.policy, knob=sw.knob, value=value, hot_replicas=ctl.hot_replicas)
     row["label"] = (sw.labels or {}).get(value, f"{sw.knob}={value:g}")
     row["sim_wall_s"] = time.perf_counter() - t

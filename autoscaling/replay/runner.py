@@ -157,12 +157,13 @@ def _fields(cfg: PolicyConfig) -> dict:
 
 
 def metrics(res: SimResult, prep: Prepared, slo_s: float) -> dict:
-    w = np.where(prep.scored, prep.arrivals, 0.0)
-    total = float(w.sum())
+    total = float(np.where(prep.scored, prep.arrivals, 0.0).sum())
+    # refused requests (429) are violations; the p99 is the admitted requests' TTFT
+    w = np.where(prep.scored, prep.arrivals - res.refused, 0.0)
     ok = float(w[res.ttft_s <= slo_s].sum())
     order = np.argsort(res.ttft_s)
     cum = np.cumsum(w[order])
-    p99 = float(res.ttft_s[order][np.searchsorted(cum, 0.99 * cum[-1])]) if total else math.nan
+    p99 = float(res.ttft_s[order][np.searchsorted(cum, 0.99 * cum[-1])]) if cum[-1] else math.nan
     return {
         "name": res.name,
         "gpu_hours": float(res.replicas.sum() / 3600.0),
@@ -170,6 +171,7 @@ def metrics(res: SimResult, prep: Prepared, slo_s: float) -> dict:
         "ttft_p99_s": p99,
         "num_scale_events": res.num_scale_events,
         "num_slo_violations": total - ok,
+        "num_refused": float(np.where(prep.scored, res.refused, 0.0).sum()),
         "num_requests": total,
         "num_emergencies": res.num_emergencies,
         "mean_replicas": float(res.replicas.mean()),

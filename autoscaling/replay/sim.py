@@ -1,7 +1,8 @@
 """The replay's clock: step a controller over per-second arrivals, interval by interval.
 
 Each `interval_s` the controller sees what a real controller would (the arrival rate of the last
-interval, None inside a trace gap; queue depth and wait; ready and starting replicas) and returns
+interval, None inside a trace gap, refused requests counted in it; the refusals (429) of a service
+model that admits; queue depth and wait; ready and starting replicas) and returns
 targets. A replica asked for at t is ready at t + cold_start_s and costs GPU time from t (it is
 loading on a GPU). Scale-down cancels starting replicas first, then drains ready ones (the fluid
 model finishes their in-flight work at once). Between ticks the service model runs the queue
@@ -26,6 +27,7 @@ class Observation:
     hot_ready: int
     cold_ready: int
     cold_starting: int
+    refused_rps: float = 0.0  # requests refused (429) per second over the last interval
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,8 @@ class SimResult:
     replicas: np.ndarray  # per second: hot + cold ready + cold starting (GPU-holding)
     ready: np.ndarray  # per second: replicas serving
     queue: np.ndarray
-    ttft_s: np.ndarray
+    ttft_s: np.ndarray  # of the second's admitted requests
+    refused: np.ndarray  # per second: requests refused (429), each an SLO violation
     forecast_rps: np.ndarray  # per tick
     num_scale_events: int
     num_emergencies: int
@@ -91,16 +94,17 @@ def simulate(
     ready = np.empty(n)
     queue = np.empty(n)
     ttft = np.empty(n)
+    refused = np.zeros(n)
     fc = np.full((n + interval_s - 1) // interval_s, np.nan)
     q, last_target, events, emergencies = 0.0, None, 0, 0
     reasons: list[str] = []
-    wait = 0.0
+    wait, refused_rps = 0.0, 0.0
     for k, lo in enumerate(range(0, n, interval_s)):
         now = t0_s + lo
         # the first tick sees the first interval: the replay starts mid-trace, controllers primed
         seen = observed[max(lo - interval_s, 0) : lo] if lo else observed[:interval_s]
         rate = float(seen.mean()) if len(seen) and not np.isnan(seen).any() else None
-        obs = Observation(rate, q, wait, hot, ready_cold, len(starting))
+        obs = Observation(rate, q, wait, hot, ready_cold, len(starting), refused_rps)
         tgt = ctl.tick(now, obs)
         fc[k] = tgt.forecast_rps
         emergencies += tgt.emergency
@@ -117,11 +121,14 @@ def simulate(
         for at in starting:
             up += secs >= at
         total = hot + ready_cold + len(starting)
-        q_int, t_int = service.queue(arrivals[lo:hi], up, q)
+        q_int, t_int, refused[lo:hi] = service.queue(arrivals[lo:hi], up, q)
         replicas[lo:hi], ready[lo:hi], queue[lo:hi], ttft[lo:hi] = total, up, q_int, t_int
+        refused_rps = float(refused[lo:hi].mean())
         q = float(q_int[-1])
         wait = q / max(float(up[-1]) * service.replica_capacity_rps, 1e-9)
         became = [at for at in starting if at < t0_s + hi]
         ready_cold += len(became)
         starting = starting[len(became) :]
-    return SimResult(ctl.name, replicas, ready, queue, ttft, fc, events, emergencies, reasons)
+    return SimResult(
+        ctl.name, replicas, ready, queue, ttft, refused, fc, events, emergencies, reasons
+    )

@@ -60,6 +60,7 @@ class TideserveController:
             cold_starting=obs.cold_starting,
             queue_depth=int(obs.queue_depth),
             queue_wait_s=obs.queue_wait_s,
+            refused_rps=obs.refused_rps,
             cold_start_p95_s=self._p95,
             lead_override_s=self._override(now_s) if self._override else None,
         )

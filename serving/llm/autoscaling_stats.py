@@ -45,6 +45,9 @@ class IngressStats(MetricsMessage):
     # crc32 of the app config the ingress was built from: the policy checks that its own copy
     # (policy_kwargs.app_args) is the same config, and holds the pool when it is not
     config_crc: int = 0
+    # of num_requests, interactive and analytical ones refused for capacity (429): the replicas'
+    # admission sheds what would miss the SLO, so under overload this, not the queue, grows
+    num_refused: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,6 +74,7 @@ class Ingress:
         self.app_name = app_name_or_default()
         self._watcher: asyncio.Task | None = None
         self.num_requests = 0  # requests that reached pool choice; read by the forecast controller
+        self.num_refused = 0  # of those, latency-tier requests every pool refused (429)
         self.emptying: set[str] = set()  # pools the forecast controller is scaling to zero
 
     # ----- pools ---------------------------------------------------------------------------------
@@ -215,6 +216,8 @@ class Ingress:
         except ApiError as err:
             if err.status == 429:
                 self.wait_bound.refused(tier, now)
+                # offline work waits for idle replicas by design: its refusals ask for nothing
+                self.num_refused += tier != "offline"
             raise
         predicted_s = opened.first.predicted_ttft_s
         if predicted_s is not None:  # what the replica could not see (serving/llm/ttft_margin.py)

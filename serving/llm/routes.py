@@ -55,6 +55,7 @@ class HttpIngress(BatchRoutes, Ingress):
         """Serve's autoscaling policy reads this (autoscaling/serve_policy.py)."""
         return IngressStats(
             num_requests=self.num_requests,
+            num_refused=self.num_refused,
             offline_cold_replicas=max(0, int(self.offline_cold_replicas_wanted())),
             config_crc=self.config_crc,
         ).to_metrics()

@@ -292,7 +292,7 @@ def test_the_ingress_counts_its_interactive_429s_and_bounds_the_next_requests_wa
     hot = Recording([Refusal("hot: interactive: queue full", 1.0, "interactive")])
     hot.sent = []
     ingress = Ingress.__new__(Ingress)  # no model, no Ray: only what _open reads
-    ingress.num_requests = 0
+    ingress.num_requests = ingress.num_refused = 0
     ingress.handles, ingress.available = {"hot": hot, "cold": FakeHandle([])}, {"hot": True}
     ingress.config = SimpleNamespace(server=SimpleNamespace(retry_after_s=2.0))
     ingress.refusals, ingress.margins, ingress.wait_bound = None, TtftMargins(), WaitBound()
@@ -304,6 +304,8 @@ def test_the_ingress_counts_its_interactive_429s_and_bounds_the_next_requests_wa
                 await ingress._open([1, 2], SamplingParams(max_tokens=1), "interactive")
 
     asyncio.run(refused_requests(MIN_REFUSALS))
+    # the autoscaling policy reads both counts (a refusal share past 2% is an emergency)
+    assert (ingress.num_requests, ingress.num_refused) == (MIN_REFUSALS, MIN_REFUSALS)
     assert hot.sent[0].max_wait_s is None  # nothing refused yet: no bound
     assert hot.sent[MIN_REFUSALS - 1].max_wait_s is None  # 3 refusals: not yet sustained
     hot.items = [DELTA]
@@ -311,3 +313,8 @@ def test_the_ingress_counts_its_interactive_429s_and_bounds_the_next_requests_wa
     # 5 arrivals within the 2 s window, 4 of them refused: a wait of 2 arrival gaps is 0.8 s.
     arrival_rate = (MIN_REFUSALS + 1) / WINDOW_S
     assert hot.sent[-1].max_wait_s == pytest.approx(ARRIVALS_AHEAD / arrival_rate)
+    # offline work waits for idle replicas by design: its refusals are not a shortfall
+    hot.items = [Refusal("hot: offline: not idle", 1.0, "offline")]
+    with pytest.raises(ApiError):
+        asyncio.run(ingress._open([1, 2], SamplingParams(max_tokens=1), "offline"))
+    assert (ingress.num_requests, ingress.num_refused) == (MIN_REFUSALS + 2, MIN_REFUSALS)

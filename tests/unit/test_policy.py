@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from autoscaling.forecast import Forecast
-from autoscaling.policy import Decision, PolicyConfig, PolicyState, Snapshot, decide, lead_s_for
+from autoscaling.policy import (
+    Decision,
+    PolicyConfig,
+    PolicyState,
+    Snapshot,
+    decide,
+    lead_s_for,
+)
 from serving.config import AppConfig
 
 CFG = PolicyConfig(
@@ -120,6 +127,26 @@ def test_queue_depth_alone_triggers_the_emergency():
     assert d.emergency
     assert "queue depth 15" in d.reason
     assert d.cold_target >= 1  # at least one more replica than now
+
+
+def test_refusals_past_their_share_trigger_the_emergency_with_a_short_queue():
+    # Admission keeps the queue short by refusing (429): 6 of the 40 rps seen were turned away
+    # while the 2 ready replicas serve 20, so the refusals, not the queue, show the shortfall.
+    s = snap(20.0, rate_rps=40.0, queue_depth=2, queue_wait_s=0.2, refused_rps=6.0)
+    (d,) = run([(0.0, s)])
+    assert d.emergency
+    assert "15% of requests refused for capacity (429)" in d.reason
+    # the whole 40 rps observed (refused ones included) + 2 queued drained in 30 s: 5 replicas;
+    # the refused shortfall is turned away, not piled up for a cold start as a FIFO queue would
+    assert d.needed_replicas == 5
+    # one refusal in a hundred is within the share (2%): a blip, not an emergency
+    (calm,) = run([(0.0, snap(20.0, rate_rps=40.0, refused_rps=0.4))])
+    assert not calm.emergency
+
+
+def test_refused_share_out_of_range_is_an_error_naming_it():
+    with pytest.raises(ValueError, match="panic_refused_share"):
+        PolicyConfig(replica_capacity_rps=10.0, panic_refused_share=1.5)
 
 
 def test_no_scale_down_during_the_panic_hold():

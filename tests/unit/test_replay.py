@@ -31,10 +31,30 @@ SVC = ServiceModel(10.0, ttft_idle_s=0.2, ttft_full_s=0.4)
 
 def test_fluid_queue_is_the_lindley_recursion():
     arrivals = np.array([5.0, 15.0, 15.0, 0.0, 0.0, 20.0])
-    q, ttft = SVC.queue(arrivals, np.ones(6), q0=7.0)
+    q, ttft, refused = SVC.queue(arrivals, np.ones(6), q0=7.0)
     assert q.tolist() == [2.0, 7.0, 12.0, 2.0, 0.0, 10.0]
     # second 0: utilisation 0.5 -> 0.3 s, plus 2 queued / 10 rps = 0.2 s of wait
     assert ttft[0] == pytest.approx(0.5)
+    assert not refused.any()  # FIFO: nobody is turned away, however long the wait
+
+
+def test_admitting_service_refuses_what_would_pass_the_ttft_and_keeps_the_rest_in_it():
+    svc = ServiceModel(10.0, ttft_idle_s=0.2, ttft_full_s=0.4, admit_ttft_s=1.0)
+    arrivals = np.array([5.0, 15.0, 15.0, 0.0, 0.0, 20.0])
+    q, ttft, refused = svc.queue(arrivals, np.ones(6), q0=7.0)
+    # at full load (0.4 s without a wait) the queue may hold 0.6 s x 10 rps = 6 requests;
+    # second 0 is at half load (0.3 s), so 7 fit: the 2 left after serving 10 stay
+    assert q.tolist() == pytest.approx([2.0, 6.0, 6.0, 0.0, 0.0, 6.0])
+    assert refused.tolist() == pytest.approx([0.0, 1.0, 5.0, 0.0, 0.0, 4.0])
+    assert (ttft <= 1.0 + 1e-9).all()
+    # nothing is lost: served + queued + refused = arrived
+    served = np.minimum(np.r_[7.0, q[:-1]] + arrivals - refused, 10.0)
+    assert served.sum() + q[-1] + refused.sum() == pytest.approx(7.0 + arrivals.sum())
+
+
+def test_admission_below_the_full_load_ttft_is_an_error_naming_it():
+    with pytest.raises(ValueError, match="admit_ttft_s"):
+        ServiceModel(10.0, ttft_full_s=0.5, admit_ttft_s=0.3)
 
 
 class StepUp:

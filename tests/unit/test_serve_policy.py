@@ -50,12 +50,16 @@ class Day:
 
     def __init__(self, args: dict) -> None:
         self.crc = config_crc(AppConfig.from_args(args).to_dict())
-        self.num_requests = 0
+        self.num_requests = self.num_refused = 0
         self.cold_target = 0
 
-    def contexts(self, now_s, rate_rps=1.0, waiting=0, offline=0, crc=None, dt_s=10.0):
+    def contexts(
+        self, now_s, rate_rps=1.0, waiting=0, offline=0, crc=None, dt_s=10.0, refused_rps=0.0
+    ):
         self.num_requests += int(rate_rps * dt_s)
-        ingress = IngressStats(self.num_requests, offline, self.crc if crc is None else crc)
+        self.num_refused += int(refused_rps * dt_s)
+        crc = self.crc if crc is None else crc
+        ingress = IngressStats(self.num_requests, offline, crc, self.num_refused)
         hot = ReplicaStats(num_waiting=waiting, num_running=1)
         return {
             "ingress-id": ctx("ingress", 1, 1, now_s, {"i0": ingress.to_metrics()}),
@@ -97,6 +101,16 @@ def test_a_queue_the_forecast_missed_triggers_the_emergency_path(tmp_path):
     assert last["emergency"] is True and last["reason"].startswith("cold 0->")
 
 
+def test_refusals_the_ingress_counts_trigger_the_emergency_path_with_no_queue(tmp_path):
+    args = app_args(tmp_path / "h.json")
+    policy, day = ForecastPolicy(app_args=args), Day(args)
+    assert run(policy, day, T0, 3, rate_rps=0.5)[-1] == 0
+    # the hot replica's admission refuses 1 of the 1.5 rps that now arrive and queues nothing
+    assert run(policy, day, T0 + 30, 1, rate_rps=1.5, refused_rps=1.0)[-1] >= 1
+    last = load_history(tmp_path / "h.json").decisions[-1]
+    assert last["emergency"] is True and "refused for capacity (429)" in last["reason"]
+
+
 def test_between_ticks_the_last_target_is_returned_without_a_new_decision(tmp_path):
     args = app_args(tmp_path / "h.json")
     policy, day = ForecastPolicy(app_args=args), Day(args)
@@ -129,7 +143,7 @@ def test_an_embed_app_is_refused_by_name():
 
 
 def test_stats_round_trip_through_serves_float_metrics():
-    stats = IngressStats(num_requests=12345, offline_cold_replicas=2, config_crc=2**31 - 1)
+    stats = IngressStats(12345, offline_cold_replicas=2, config_crc=2**31 - 1, num_refused=77)
     assert IngressStats.from_metrics(stats.to_metrics()) == stats
     assert all(isinstance(v, float) for v in stats.to_metrics().values())
     assert ReplicaStats.from_metrics({"num_waiting": 3.0}) == ReplicaStats(num_waiting=3)
