@@ -11,7 +11,9 @@ import asyncio
 import contextlib
 import json
 import random
+import re
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -56,7 +58,7 @@ async def one_request(
                 await r.aread()
                 return Outcome(
                     tier, r.status_code, sent - start, time.monotonic() - sent,
-                    retry_after=r.headers.get("retry-after"),
+                    retry_after=r.headers.get("retry-after"), error=_error_message(r),
                 )  # fmt: skip
             async for line in r.aiter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
@@ -72,6 +74,22 @@ async def one_request(
     except httpx.HTTPError as err:
         return Outcome(tier, 0, sent - start, time.monotonic() - sent, error=repr(err)[:200])
     return Outcome(tier, status, sent - start, time.monotonic() - sent, ttft, chunks, error=error)
+
+
+def _error_message(r: httpx.Response) -> str:
+    """The OpenAI-shaped error body's message (the server's reason for a 4xx), else the text."""
+    try:
+        return str(r.json()["error"]["message"])[:300]
+    except (ValueError, KeyError, TypeError):
+        return r.text[:300]
+
+
+def refusal_reasons(outcomes: list[Outcome], top: int = 5) -> dict[str, int]:
+    """The most common reasons given with a 429, numbers replaced by N so that alike ones add."""
+    counts = Counter(
+        re.sub(r"\d+(\.\d+)?", "N", o.error or "") for o in outcomes if o.status == 429
+    )
+    return dict(counts.most_common(top))
 
 
 async def open_loop(
@@ -135,6 +153,7 @@ def summarize(outcomes: list[Outcome], duration_s: float) -> dict:
             "latency_p50_s": percentile(lats, 50),
             "latency_p99_s": percentile(lats, 99),
             "retry_after_missing": sum(1 for o in mine if o.status == 429 and not o.retry_after),
+            "refusal_reasons": refusal_reasons(mine),
         }
     return tiers
 
