@@ -28,7 +28,7 @@ class EngineConfig:
     """
 
     # R8: "reserve" admits a request only if prompt + max_tokens fits the unreserved budget (never
-    # preempts); "on_demand" allocates blocks as tokens arrive and preempts by recompute.
+    # preempts for KV); "on_demand" allocates blocks as tokens arrive and preempts by recompute.
     kv_mode: KVMode = "reserve"
     block_size_tokens: int = 16  # tokens per KV block, the unit of allocation
     # The KV budget as a number of blocks; overrides every other sizing key below.

@@ -9,7 +9,9 @@ What admission (serving/llm/admission.py) predicts a new request's time to first
                the event loop, and whatever that loop serves meanwhile (refusals, streams),
                grow with load and are time no step measures (serving/engine/driver.py)
   slots        the concurrency limit after the KV watermark slide (R8)
-  running      the tokens each running sequence is still expected to generate
+  running      the tokens each running sequence is still expected to generate, the offline ones
+               last: an interactive request counts their slots as free, since the scheduler
+               preempts offline work for an interactive request waiting for a slot
   waiting      per tier: how many wait, their mean prompt and expected output tokens
 
 Expected output of a request: its max_tokens, capped by the p90 output length of the engine's
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from common.tiers import TIERS
+from serving.engine.sequence import Tier
 from serving.engine.window import fit_line
 
 RECENT_STEPS = 128
@@ -49,6 +52,9 @@ class LoadSnapshot:
     slots: int
     running_remaining_tokens: tuple[int, ...] = ()
     waiting: Mapping[str, QueueSummary] = field(default_factory=dict)
+    # of the running sequences, the offline ones: each yields its slot to an interactive request
+    # that waits for one (the scheduler preempts it), so interactive work counts them as free
+    num_running_offline: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "running_remaining_tokens", tuple(self.running_remaining_tokens))
@@ -57,7 +63,7 @@ class LoadSnapshot:
     def __reduce__(self):  # MappingProxyType does not pickle; rebuild from a plain dict
         fields = (self.taken_s, self.step_fixed_s, self.step_per_token_s, self.max_batched_tokens)
         rest = (self.slots, self.running_remaining_tokens, dict(self.waiting))
-        return (type(self), fields + rest)
+        return (type(self), fields + rest + (self.num_running_offline,))
 
 
 def expected_output_tokens(max_tokens: int, typical_tokens: float | None) -> float:
@@ -88,10 +94,11 @@ def load_snapshot(engine, now: float, slots: int) -> LoadSnapshot:
     gaps = list(engine.loop_gaps_s)
     fixed_s += sum(gaps) / len(gaps) if gaps else 0.0
     typical = engine.tracker.typical_output_tokens()
-    remaining = []
+    remaining, offline = [], []  # offline last, so interactive can leave them out
     for seq in list(engine.scheduler.running):
         expected = expected_output_tokens(_max_tokens(seq), typical)
-        remaining.append(max(1, round(expected) - seq.num_output_tokens))
+        left = max(1, round(expected) - seq.num_output_tokens)
+        (offline if seq.tier is Tier.OFFLINE else remaining).append(left)
     queued: dict[str, list] = {t: [] for t in TIERS}
     for tier, queue in list(engine.scheduler.waiting.items()):
         queued[tier.name.lower()].extend(list(queue))
@@ -104,6 +111,7 @@ def load_snapshot(engine, now: float, slots: int) -> LoadSnapshot:
         step_per_token_s=per_token_s,
         max_batched_tokens=engine.config.max_num_batched_tokens,
         slots=slots,
-        running_remaining_tokens=tuple(remaining),
+        running_remaining_tokens=tuple(remaining + offline),
         waiting={t: _summary(seqs, typical) for t, seqs in queued.items()},
+        num_running_offline=len(offline),
     )

@@ -113,6 +113,7 @@ class Scheduler:
     def schedule(self, now: float) -> ScheduledBatch:
         batch = ScheduledBatch()
         batch.timed_out = self._expire(now)
+        self._yield_offline_slot(batch)
         budget = self.config.max_num_batched_tokens
         self._hold_offline = self._interactive_first()
         self._offline_left = self._offline_step_cap(now)
@@ -270,7 +271,24 @@ class Scheduler:
             return share
         return min(share, max(1, self.config.offline_step_tokens // 2))
 
-    # ----- preemption (on_demand only) -----------------------------------------------------
+    # ----- preemption ----------------------------------------------------------------------
+    def _yield_offline_slot(self, batch: ScheduledBatch) -> None:
+        """An interactive request waiting for a slot takes one from the newest offline sequence,
+        which is recomputed later: a flood of offline work must not make an interactive prompt
+        wait for a long offline job to end (R5), and the replica's admission counts offline
+        slots as free for interactive work (serving/llm/ttft.py)."""
+        queue = self.waiting[Tier.INTERACTIVE]
+        if not queue or len(self.running) < self._limit():
+            return
+        head = queue[0]
+        chunk = min(head.num_uncomputed_tokens, self.config.max_num_batched_tokens)
+        if not self.ledger.can_admit(head, min(chunk, self.ledger.chunk_tokens)):
+            return  # KV, not the slot, holds it back: freeing a slot would only churn
+        offline = [s for s in self.running if s.tier is Tier.OFFLINE]
+        if offline:
+            self._preempt(max(offline, key=lambda s: s.arrival_s), batch)
+
+    # ----- preemption for KV (on_demand only) ----------------------------------------------
     def _grow_or_preempt(
         self, seq: Sequence, num_new: int, batch: ScheduledBatch, decodes: list[Sequence]
     ) -> bool:

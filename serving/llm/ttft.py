@@ -55,7 +55,10 @@ def prefill_s(load: LoadSnapshot, prompt_tokens: float) -> float:
 def predict_ttft(load: LoadSnapshot, tier: str, prompt_tokens: int, now: float) -> Prediction:
     """The TTFT a request of `tier` with `prompt_tokens` would see, arriving at `now`."""
     step_s = decode_step_s(load)
-    running = load.running_remaining_tokens[: max(load.slots, 1)]
+    running = load.running_remaining_tokens
+    if tier == "interactive" and load.num_running_offline:  # offline yields its slots to it
+        running = running[: len(running) - load.num_running_offline]
+    running = running[: max(load.slots, 1)]
     free_at = [r * step_s for r in running] + [0.0] * max(load.slots - len(running), 0)
     if not free_at:  # a limit of 0 slots: nothing frees until a sequence is admitted
         free_at = [0.0]

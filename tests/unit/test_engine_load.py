@@ -72,3 +72,16 @@ def test_the_driver_records_gaps_only_between_busy_steps(engine):
     # 5 busy steps per request: 4 gaps each, none for the idle time between the requests
     assert len(engine.loop_gaps_s) == 8
     assert all(0 <= g < 0.05 for g in engine.loop_gaps_s)
+
+
+def test_running_offline_work_is_listed_last_and_counted(engine, clock):
+    params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+    engine.add_request([1, 2, 3, 4], params, tier="offline")
+    engine.step()  # alone: offline work runs on the idle engine
+    engine.add_request([5, 6], SamplingParams(max_tokens=3, temperature=0, ignore_eos=True))
+    engine.step()  # the interactive request takes the free slot beside it
+    snap = load_snapshot(engine, clock(), engine.stats().concurrency_limit)
+    assert snap.num_running_offline == 1
+    # interactive first (3 asked, 1 generated), then offline (6 asked, 1 generated: it paused
+    # while the interactive prompt started)
+    assert snap.running_remaining_tokens == (2, 5)

@@ -141,6 +141,35 @@ def test_an_interactive_head_that_cannot_be_admitted_holds_no_offline_work_back(
     assert sorted(ids(step(s))) == [q.request_id for q in s.running]  # offline goes on
 
 
+def test_an_interactive_request_waiting_for_a_slot_takes_one_from_offline_work():
+    s = make(max_num_seqs=2, min_num_seqs=2)
+    s.add(req("off-old", max_tokens=20, tier=Tier.OFFLINE, arrival=1.0))
+    s.add(req("int-long", max_tokens=20, arrival=1.5))
+    step(s)
+    s.add(req("off-new", max_tokens=20, tier=Tier.OFFLINE, arrival=2.0))
+    step(s)  # off-new waits: both slots are taken
+    s.add(req("int", max_tokens=5, arrival=3.0))
+    batch = step(s)
+    # the newest offline sequence running gives its slot up and is recomputed later
+    assert [q.request_id for q in batch.preempted] == ["off-old"]
+    assert "int" in ids(batch) and {q.request_id for q in s.running} == {"int-long", "int"}
+    victim = s.waiting[Tier.OFFLINE][0]
+    assert victim.request_id == "off-old" and victim.num_preemptions == 1
+    assert victim.token_ids == [7, 7, 7, 7, 9]  # its token is kept, only its KV is recomputed
+    while s.has_unfinished():
+        step(s)
+    assert s.ledger.pool.num_used_blocks == 0 and s.ledger.num_reserved_blocks == 0
+
+
+def test_an_interactive_request_that_kv_holds_back_preempts_no_offline_work():
+    s = make(num_blocks=12, max_num_seqs=3, min_num_seqs=3)
+    for i in range(3):
+        s.add(req(f"off{i}", prompt_len=6, max_tokens=10, tier=Tier.OFFLINE))
+    step(s)
+    s.add(req("int", prompt_len=40, max_tokens=8))  # more blocks than one offline slot frees
+    assert not step(s).preempted
+
+
 def test_admitted_request_is_not_timed_out_while_generating():
     s = make()
     s.add(req("a", max_tokens=10, arrival=NOW, deadline=NOW + 1.0))

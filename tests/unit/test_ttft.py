@@ -41,6 +41,15 @@ def test_full_slots_wait_for_the_first_running_sequence_to_finish():
     assert gone.wait_s == 0.0
 
 
+def test_interactive_work_counts_offline_slots_as_free_other_tiers_wait_for_them():
+    # both slots busy: one interactive sequence with 40 tokens left, one offline with 10 (last)
+    snap = LoadSnapshot(100.0, 0.01, 0.001, 64, 2, (40, 10), num_running_offline=1)
+    assert predict_ttft(snap, "interactive", 4, now=100.0).wait_s == 0.0  # offline yields
+    analytical = predict_ttft(snap, "analytical", 4, now=100.0)
+    assert analytical.wait_s == pytest.approx(10 * decode_step_s(snap))
+    assert pickle.loads(pickle.dumps(snap)) == snap
+
+
 def test_requests_waiting_in_this_and_higher_tiers_are_ahead_lower_tiers_are_not():
     queue = QueueSummary(num=2, prompt_tokens_mean=8, output_tokens_mean=20)
     busy = (10, 30)
