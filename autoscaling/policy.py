@@ -157,10 +157,11 @@ def _emergency_need(snap: Snapshot, cfg: PolicyConfig) -> tuple[int, str] | None
     capacity_rps = max(ready, 1) * cfg.replica_capacity_rps
     depth_s = snap.queue_depth / capacity_rps  # queue in seconds of current capacity
     limit_s = cfg.panic_queue_fraction * cfg.ttft_slo_s
-    what = f"queue wait {snap.queue_wait_s:.2f} s > {limit_s:.2f} s (half the TTFT SLO)"
-    if snap.queue_wait_s <= limit_s:
+    if snap.queue_wait_s > limit_s:
+        what = f"queue wait {snap.queue_wait_s:.2f} s > {limit_s:.2f} s (half the TTFT SLO)"
+    elif depth_s > limit_s:
         what = f"queue depth {snap.queue_depth} ({depth_s:.2f} s of capacity) > {limit_s:.2f} s"
-    if snap.queue_wait_s <= limit_s and depth_s <= limit_s:
+    else:
         share = snap.refused_rps / max(snap.rate_rps, 1e-9)
         what = f"{100 * share:.0f}% of requests refused for capacity (429)"
     # Serve the observed rate and drain, within panic_drain_s, the backlog plus what will pile up

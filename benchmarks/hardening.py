@@ -75,7 +75,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     scenarios = args.scenarios.split(",")
-    if not scenarios or set(scenarios) - set(SCENARIOS):
+    if set(scenarios) - set(SCENARIOS):
         parser.error(f"--scenarios={args.scenarios!r}: each must be one of {SCENARIOS}")
     import ray
     from ray import serve

@@ -189,11 +189,12 @@ class Scheduler:
         queue = self.waiting[Tier.INTERACTIVE]
         if not queue:
             return False
-        cfg, head = self.config, queue[0]
-        limit = self._limit()
-        chunk = min(head.num_uncomputed_tokens, cfg.max_num_batched_tokens)
-        chunk = min(chunk, self.ledger.chunk_tokens)
-        return len(self.running) < limit and self.ledger.can_admit(head, chunk)
+        return len(self.running) < self._limit() and self._kv_admits(queue[0])
+
+    def _kv_admits(self, seq: Sequence) -> bool:
+        """Whether the KV would take `seq`'s first chunk now (the slot count aside)."""
+        chunk = min(seq.num_uncomputed_tokens, self.config.max_num_batched_tokens)
+        return self.ledger.can_admit(seq, min(chunk, self.ledger.chunk_tokens))
 
     def _expire(self, now: float) -> list[Sequence]:
         expired: list[Sequence] = []
@@ -280,9 +281,7 @@ class Scheduler:
         queue = self.waiting[Tier.INTERACTIVE]
         if not queue or len(self.running) < self._limit():
             return
-        head = queue[0]
-        chunk = min(head.num_uncomputed_tokens, self.config.max_num_batched_tokens)
-        if not self.ledger.can_admit(head, min(chunk, self.ledger.chunk_tokens)):
+        if not self._kv_admits(queue[0]):
             return  # KV, not the slot, holds it back: freeing a slot would only churn
         offline = [s for s in self.running if s.tier is Tier.OFFLINE]
         if offline:
