@@ -73,15 +73,17 @@ class Ingress:
         self.tier_share = TierShare(front_door(self.config).lower_tier_slots)
         self.app_name = app_name_or_default()
         self._watcher: asyncio.Task | None = None
+        self._first_poll: asyncio.Task | None = None  # the poll a fresh ingress's requests await
         self.num_requests = 0  # requests that reached pool choice; read by the forecast controller
         self.num_refused = 0  # of those, latency-tier requests every pool refused (429)
         self.emptying: set[str] = set()  # pools the forecast controller is scaling to zero
 
     # ----- pools ---------------------------------------------------------------------------------
-    async def _watch_pools(self, period_s: float = 2.0) -> None:
+    async def _watch_pools(self, first_poll: asyncio.Future, period_s: float = 2.0) -> None:
         """Keep `available` in step with the pools: cold is used only while it has a running
         replica (an empty pool would park requests until one appears); either pool is refused
         outright if its replicas report another config fingerprint than the ingress's (R9)."""
+        await asyncio.shield(first_poll)
         while True:
             await asyncio.sleep(period_s)
             await self._poll_pools()
@@ -112,10 +114,19 @@ class Ingress:
         return self.verified[pool]
 
     async def ensure_watching(self) -> None:
-        """The first request waits for one poll, so a fresh ingress does not answer 503."""
+        """The first request waits for one poll, so a fresh ingress does not answer 503.
+
+        One watcher per ingress: the check and the start have no await between them, so the
+        requests of a first burst share one poll and one watcher. (With the poll awaited before
+        the start, each request of the burst started a watcher of its own; after 16 concurrent
+        first requests, 16 watchers called serve.status(), tens of ms of CPU each, 8 times a
+        second: half a core of a 2-core machine, at idle.)"""
         if self._watcher is None or self._watcher.done():
-            await self._poll_pools()
-            self._watcher = asyncio.get_running_loop().create_task(self._watch_pools())
+            loop = asyncio.get_running_loop()
+            self._first_poll = loop.create_task(self._poll_pools())
+            self._watcher = loop.create_task(self._watch_pools(self._first_poll))
+        # shielded: a request that goes away must not cancel the poll the others wait for
+        await asyncio.shield(self._first_poll)
 
     # ----- shared request path ----------------------------------------------------------------
     def _params(

@@ -296,7 +296,11 @@ def test_the_ingress_counts_its_interactive_429s_and_bounds_the_next_requests_wa
     ingress.handles, ingress.available = {"hot": hot, "cold": FakeHandle([])}, {"hot": True}
     ingress.config = SimpleNamespace(server=SimpleNamespace(retry_after_s=2.0))
     ingress.refusals, ingress.margins, ingress.wait_bound = None, TtftMargins(), WaitBound()
-    ingress._watcher = SimpleNamespace(done=lambda: False)  # already watching
+
+    async def already_watching() -> None:
+        pass
+
+    ingress.ensure_watching = already_watching
 
     async def refused_requests(n: int):
         for _ in range(n):
