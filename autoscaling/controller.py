@@ -4,7 +4,7 @@ The only place in autoscaling/ that reads the clock, talks to Serve or sleeps. E
 `controller.interval_s` real seconds one tick:
 
     counts  <- serve.status()                           (serve_io.read_counts)
-    rate    <- ingress cumulative request count         (signals.RateMeter)
+    rate    <- ingress cumulative request and 429 counts (signals.RateMeter)
     queue   <- the replicas' pushed stats                (signals.ReportBook, via report())
     cold-start samples <- running count vs our requests  (cold_start.ColdStartTracker)
     decision = step.tick(forecaster, headroom learner, state, ...)  (observe, forecast, decide)
@@ -39,7 +39,7 @@ from autoscaling.serve_io import (
     ServeScaler,
     announce_target,
     dashboard_url,
-    ingress_request_count,
+    ingress_stats,
     read_counts,
 )
 from autoscaling.signals import ModelClock, RateMeter, ReportBook, lead_override_s
@@ -69,6 +69,7 @@ class ForecastController:
         self.lock = threading.Lock()
         self.book = ReportBook()
         self.rate = RateMeter()
+        self.refused = RateMeter()  # the same readings' refusals (429 for capacity)
         self.memory = ScalerMemory.load(self.history_path)
         self.scaler = ServeScaler(self.app, dashboard_url)
         self.applied: dict[str, int] = {}  # deployment -> target we set (or found at start)
@@ -129,7 +130,7 @@ class ForecastController:
         for dep in ("hot", "cold"):
             self.applied.setdefault(dep, counts[dep].live)
         model_now = self.clock.now(wall)
-        rate = self.rate.update(ingress_request_count(self.app), wall)
+        rate, refused = self._ingress_rates(ingress_stats(self.app), wall)
         with self.lock:
             signals = self.book.signals(wall, REPORT_MAX_AGE_S)
         p95_wall = self.memory.tracker.p95_s()
@@ -140,6 +141,7 @@ class ForecastController:
             cold_starting=max(0, counts["cold"].live - counts["cold"].running),
             queue_depth=signals.queue_depth,
             queue_wait_s=signals.queue_wait_s,
+            refused_rps=refused or 0.0,
             cold_start_p95_s=None if p95_wall is None else self.clock.to_model_s(p95_wall),
             lead_override_s=lead_override_s(self.cfg.controller, model_now),
             rate_at_s=None if self.rate.mid_s is None else self.clock.now(self.rate.mid_s),
@@ -156,6 +158,15 @@ class ForecastController:
             self.last = {"state": "running", **record}
         if changed or time.time() - self._saved_wall >= SAVE_EVERY_S:
             self._save(model_now)
+
+    def _ingress_rates(self, stats, wall: float) -> tuple[float | None, float | None]:
+        """Requests/s and refused (429) requests/s since the last reading; (None, None) while
+        the ingress is unreachable: a missing window, and the next reading spans the gap."""
+        if stats is None:
+            return None, None
+        return self.rate.update(stats.num_requests, wall), self.refused.update(
+            stats.num_refused, wall
+        )
 
     def _apply(self, deployment: str, target: int, live: int, wall: float) -> bool:
         """Set the target when it changed, or again when Serve's live count drifted from it

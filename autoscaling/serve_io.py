@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 
+from serving.llm.autoscaling_stats import IngressStats
 from serving.ray_internals import auth_headers, dashboard_address, deployment_id, serve_controller
 from serving.serve_status import DeploymentCounts, read_counts
 
@@ -30,16 +31,16 @@ __all__ = ["DeploymentCounts", "ServeScaler", "announce_target", "read_counts"]
 REST_TIMEOUT_S = 10.0
 
 
-def ingress_request_count(app_name: str) -> int | None:
-    """The ingress's cumulative request count; None while it is unreachable (restarting): a
-    missing window for the forecaster, not zero traffic."""
+def ingress_stats(app_name: str) -> IngressStats | None:
+    """The ingress's cumulative request and refusal counts; None while it is unreachable
+    (restarting): a missing window for the forecaster, not zero traffic."""
     from ray import serve
 
     try:
         handle = serve.get_deployment_handle("ingress", app_name)
-        return int(handle.request_count.remote().result(timeout_s=10))
+        return handle.autoscaling_stats.remote().result(timeout_s=10)
     except Exception as err:
-        log.warning("ingress request count unavailable: %s", err)
+        log.warning("ingress counts unavailable: %s", err)
         return None
 
 

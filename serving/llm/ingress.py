@@ -195,10 +195,6 @@ class Ingress:
         TTFT budget. (The ContextVar stays in this module: Serve pickles the routes by value.)"""
         RECEIVED_S.set(time.monotonic())
 
-    def request_count(self) -> int:
-        """Cumulative requests since this ingress started (the controller diffs two readings)."""
-        return self.num_requests
-
     async def _open(self, prompt_ids: list[int], params: SamplingParams, tier: str) -> OpenStream:
         self.num_requests += 1
         await self.ensure_watching()

@@ -53,12 +53,17 @@ class HttpIngress(BatchRoutes, Ingress):
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         """Serve's autoscaling policy reads this (autoscaling/serve_policy.py)."""
+        return self.autoscaling_stats().to_metrics()
+
+    def autoscaling_stats(self) -> IngressStats:
+        """The same numbers, typed: the opt-in controller actor reads them with a remote call
+        (autoscaling/serve_io.py) and diffs the cumulative counts into rates."""
         return IngressStats(
             num_requests=self.num_requests,
             num_refused=self.num_refused,
             offline_cold_replicas=max(0, int(self.offline_cold_replicas_wanted())),
             config_crc=self.config_crc,
-        ).to_metrics()
+        )
 
     @api.get("/health")
     async def health(self) -> dict:
