@@ -20,6 +20,24 @@ def serve_controller() -> Any:
     return ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
 
 
+def serve_instance_details() -> dict[str, Any] | None:
+    """The Serve controller's instance details, as the plain dict it sends (the shape of
+    `ray.serve.schema.ServeInstanceDetails`); None when no Serve controller runs.
+
+    `serve.status()` reads this same dict and then builds pydantic models from it, and in Ray
+    2.60 building them cloudpickles every deployment's request router class by value: about
+    27 ms of CPU per call in a process that has torch and transformers imported, against
+    under 1 ms for the dict (measured with two one-deployment apps). The ingress reads replica
+    counts every 2 s, so it reads the dict."""
+    import ray
+
+    try:
+        controller = serve_controller()
+    except ValueError:  # no actor of that name: Serve is not running
+        return None
+    return ray.get(controller.get_serve_instance_details.remote(), timeout=30)
+
+
 def deployment_id(name: str, app_name: str) -> Any:
     """Serve's DeploymentID (private type, no public constructor) for one deployment of an app."""
     from ray.serve._private.common import DeploymentID
