@@ -3,7 +3,7 @@
 The only place in autoscaling/ that reads the clock, talks to Serve or sleeps. Every
 `controller.interval_s` real seconds one tick:
 
-    counts  <- serve.status()                           (serve_io.read_counts)
+    counts  <- Serve's replica states                   (serve_io.read_counts)
     rate    <- ingress cumulative request and 429 counts (signals.RateMeter)
     queue   <- the replicas' pushed stats                (signals.ReportBook, via report())
     cold-start samples <- running count vs our requests  (cold_start.ColdStartTracker)
@@ -44,6 +44,7 @@ from autoscaling.serve_io import (
 )
 from autoscaling.signals import ModelClock, RateMeter, ReportBook, lead_override_s
 from serving.config import AppConfig
+from serving.llm.autoscaling_stats import IngressStats
 from serving.llm.messages import ReplicaReport
 
 log = logging.getLogger("ray.serve")
@@ -159,7 +160,9 @@ class ForecastController:
         if changed or time.time() - self._saved_wall >= SAVE_EVERY_S:
             self._save(model_now)
 
-    def _ingress_rates(self, stats, wall: float) -> tuple[float | None, float | None]:
+    def _ingress_rates(
+        self, stats: IngressStats | None, wall: float
+    ) -> tuple[float | None, float | None]:
         """Requests/s and refused (429) requests/s since the last reading; (None, None) while
         the ingress is unreachable: a missing window, and the next reading spans the gap."""
         if stats is None:
