@@ -12,6 +12,9 @@ only the knob named below is swept, and its default is marked.
 
 Per trace and policy: GPU-hours to reach 99.5% and 99.9% of requests within the SLO (frontier,
 interpolated; none when never reached), and reactive's violations at tideserve's GPU-hours.
+present_rate_reference: the same ratio for decide() told each window's true rate with a fixed
+headroom multiple (autoscaling/replay/reference.py), a yardstick with hindsight of the present,
+not a baseline (neither it nor the oracle counts among the baselines of target 2).
 violation_episodes (autoscaling/replay/episodes.py): for tideserve's default and the reactive
 point nearest its GPU-hours, the share of violations in episodes that follow a step up of the
 trace's 10-minute rate, and how long those last against one tick plus one cold start.
@@ -49,6 +52,8 @@ CAP_RPS = 20.0
 TTFT_SLO_S = 1.0
 TRACES = ("m-small", "m-large")
 SLOS = (0.995, 0.999)
+# hindsight no controller has: not baselines to beat, yardsticks (autoscaling/replay/frontier.py)
+REFERENCES = ("oracle", "present_rate")
 # the traces folder's other shapes, and why they are not in the frontier
 NOT_REPLAYED = {
     "azure_llm_2023_conv, azure_llm_2023_code": "one hour each: no training days to learn from"
@@ -74,6 +79,30 @@ def _nearest(rows: list[dict], gpu_hours: float) -> dict:
     return {"value": r["value"], "gpu_hours": r["gpu_hours"], **r["episodes"]}
 
 
+def _present_rate_context(sweeps: dict[str, list[dict]], ts: dict, re_viol: float | None) -> dict:
+    """What perfect knowledge of the present buys, at tideserve's default GPU-hours: the
+    reference's violations there, and reactive's over them (T3's ratio, for the reference).
+    Per swept headroom: reactive's violations over the reference's at the same GPU-hours (None
+    where reactive's sweep does not span them, or where the reference had no violation)."""
+    rows = sweeps.get("present_rate", [])
+    by_headroom = {}
+    for r in rows:
+        v = violations_at(sweeps["reactive"], r["gpu_hours"])
+        ok = v is not None and r["num_slo_violations"] > 0
+        by_headroom[f"{r['value']:g}"] = v / r["num_slo_violations"] if ok else None
+    at_ts = violations_at(rows, ts["gpu_hours"]) if rows else None
+    return {
+        "violations_at_tideserve_gpu_hours": at_ts,
+        "reactive_violations_over_its_own_at_tideserve_gpu_hours": None
+        if at_ts is None or re_viol is None
+        else re_viol / max(at_ts, 0.5),
+        "tideserve_violations_over_its_own_at_tideserve_gpu_hours": None
+        if at_ts is None
+        else ts["num_slo_violations"] / max(at_ts, 0.5),
+        "reactive_violations_over_its_own_by_fixed_headroom": by_headroom,
+    }
+
+
 def summarise(sweeps: dict[str, list[dict]], default_q: float) -> dict:
     oracle = sweeps["oracle"][0]["gpu_hours"]
     reach = {
@@ -83,7 +112,7 @@ def summarise(sweeps: dict[str, list[dict]], default_q: float) -> dict:
     ts = next(r for r in sweeps["tideserve"] if r["value"] == default_q)
     ts["is_default"] = True
     re_viol = violations_at(sweeps["reactive"], ts["gpu_hours"])
-    baselines = [p for p in sweeps if p not in ("tideserve", "oracle")]
+    baselines = [p for p in sweeps if p not in ("tideserve", *REFERENCES)]
     need = [reach[p]["99.5%"] for p in baselines if reach[p]["99.5%"] is not None]
     ts_reach = reach["tideserve"]["99.5%"]
     return {
@@ -98,6 +127,7 @@ def summarise(sweeps: dict[str, list[dict]], default_q: float) -> dict:
         }
         | {"gpu_hours_over_oracle": ts["gpu_hours"] / oracle},
         "reactive_violations_at_tideserve_gpu_hours": re_viol,
+        "present_rate_reference": _present_rate_context(sweeps, ts, re_viol),
         "violation_episodes": {
             "tideserve_default": ts["episodes"],
             "reactive_nearest_gpu_hours": _nearest(sweeps["reactive"], ts["gpu_hours"]),

@@ -6,6 +6,8 @@ Each policy has a single knob that trades GPU-hours for SLO attainment:
     knative      target concurrency per replica (KPA)
     rule_70_30   the hot pool's fraction of the training peak (R6 says 0.7); the rest reactive
     tideserve    the headroom quantile of the forecast's own errors (autoscaling/headroom.py)
+    present_rate a reference, not a baseline: decide() told each window's true rate, with a fixed
+                 headroom multiple (autoscaling/replay/reference.py); hindsight of the present
     oracle       no knob: knows the future, holds exactly what each second needs
 
 Concurrency targets are in requests in flight per replica; one replica at capacity holds
@@ -32,6 +34,7 @@ from autoscaling.replay.baselines import (
     ReactiveController,
     replicas_for,
 )
+from autoscaling.replay.reference import PresentRateController
 from autoscaling.replay.runner import Prepared, ReplaySettings, metrics
 from autoscaling.replay.service import ServiceModel
 from autoscaling.replay.sim import simulate
@@ -55,6 +58,7 @@ def default_sweeps(service: ServiceModel, quick: bool) -> tuple[Sweep, ...]:
     targets = tuple(round(u * full, 1) for u in utils)
     fractions = (0.5, 0.7, 0.9) if quick else (0.5, 0.7, 0.8, 0.9, 1.0)
     quantiles = (0.9, 0.99, 0.995) if quick else (0.95, 0.98, 0.99, 0.995, 0.998, 0.999)
+    multiples = (1.2, 1.4, 1.6) if quick else (1.2, 1.3, 1.4, 1.5, 1.6, 1.8)
     return (
         Sweep(
             "reactive",
@@ -65,6 +69,7 @@ def default_sweeps(service: ServiceModel, quick: bool) -> tuple[Sweep, ...]:
         Sweep("knative", "target_concurrency", targets),
         Sweep("rule_70_30", "hot_fraction_of_training_peak", fractions, {0.7: "R6's 70/30"}),
         Sweep("tideserve", "headroom_quantile", quantiles),
+        Sweep("present_rate", "fixed_headroom", multiples),
         Sweep("oracle", "none", (0.0,)),
     )
 
@@ -90,6 +95,12 @@ def _controller(policy: str, value: float, prep: Prepared, cfg: PolicyConfig, sv
         if len(prep.train_rates):
             ctl.train(prep.t0_s - len(prep.train_rates) * prep.bin_s, prep.bin_s, prep.train_rates)
         return ctl
+    if policy == "present_rate":
+        hot = learn_hot_replicas(prep.train_rates, cfg, s.hot_quantile)
+        tcfg = replace(cfg, hot_replicas=hot, max_cold_replicas=max(max_n - hot, 0))
+        return PresentRateController(
+            tcfg, prep.arrivals, prep.t0_s, prep.bin_s, value, s.interval_s, s.cold_start_s
+        )
     if policy == "oracle":
         look = int(s.cold_start_s) + s.interval_s
         return OracleController(policy, prep.arrivals, prep.t0_s, cap, look)

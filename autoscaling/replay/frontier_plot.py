@@ -7,8 +7,11 @@ COLOURS = {
     "knative": "tab:purple",
     "rule_70_30": "tab:green",
     "tideserve": "tab:blue",
+    "present_rate": "tab:grey",
     "oracle": "black",
 }
+
+LABELS = {"present_rate": "present_rate (reference: true rate x fixed headroom)"}
 
 
 def _violation_share(row: dict) -> float:
@@ -30,7 +33,11 @@ def plot_frontier(reports: list[dict], path: str) -> None:
             rows = sorted(rows, key=lambda r: r["gpu_hours"])
             xs = [r["gpu_hours"] / oracle for r in rows]
             ys = [_violation_share(r) for r in rows]
-            style = dict(marker="o", ms=4, color=COLOURS.get(policy), label=policy)
+            style = dict(
+                marker="o", ms=4, color=COLOURS.get(policy), label=LABELS.get(policy, policy)
+            )
+            if policy == "present_rate":  # a yardstick with hindsight, not a policy to pick
+                style["ls"] = "--"
             ax.plot(xs, ys, lw=2.0 if policy == "tideserve" else 1.0, **style)
             for r, x, y in zip(rows, xs, ys, strict=True):
                 if "default" in r["label"] or "R6" in r["label"] or r.get("is_default"):
@@ -49,7 +56,7 @@ def plot_frontier(reports: list[dict], path: str) -> None:
             f"{rep['trace']} (judged {rep['judged_days']:.0f} d, cold start 120 s, {queue})",
             fontsize=10,
         )
-        ax.legend(fontsize=7, loc="upper right")
+        ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

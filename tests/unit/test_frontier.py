@@ -48,7 +48,8 @@ def test_violations_at_equal_gpu_hours_are_log_interpolated():
 
 def test_every_policy_sweeps_one_knob_and_reactive_includes_rays_default():
     sweeps = {s.policy: s for s in default_sweeps(ServiceModel(20.0, mean_e2e_s=10.0), False)}
-    assert set(sweeps) == {"reactive", "knative", "rule_70_30", "tideserve", "oracle"}
+    assert set(sweeps) == {"reactive", "knative", "rule_70_30", "tideserve", "oracle",
+                           "present_rate"}  # fmt: skip
     reactive = sweeps["reactive"]
     assert reactive.knob == "target_ongoing_requests" and 2.0 in reactive.values
     assert "Ray default" in reactive.labels[2.0]
