@@ -14,7 +14,7 @@ Per trace and policy: GPU-hours to reach 99.5% and 99.9% of requests within the 
 interpolated; none when never reached), and reactive's violations at tideserve's GPU-hours.
 present_rate_reference: the same ratio for decide() told each window's true rate with a fixed
 headroom multiple (autoscaling/replay/reference.py), a yardstick with hindsight of the present,
-not a baseline (neither it nor the oracle counts among the baselines of target 2).
+not a baseline (neither it nor the oracle counts among T2's baselines, docs/autoscaling.md).
 violation_episodes (autoscaling/replay/episodes.py): for tideserve's default and the reactive
 point nearest its GPU-hours, the share of violations in episodes that follow a step up of the
 trace's 10-minute rate, and how long those last against one tick plus one cold start.
