@@ -74,6 +74,13 @@ def default_sweeps(service: ServiceModel, quick: bool) -> tuple[Sweep, ...]:
     )
 
 
+def _pools(prep: Prepared, cfg: PolicyConfig, s: ReplaySettings, max_n: int) -> PolicyConfig:
+    """tideserve's pools in the replay: the hot pool learned from the training days, the cold
+    pool up to the elastic policies' common maximum."""
+    hot = learn_hot_replicas(prep.train_rates, cfg, s.hot_quantile)
+    return replace(cfg, hot_replicas=hot, max_cold_replicas=max(max_n - hot, 0))
+
+
 def _controller(policy: str, value: float, prep: Prepared, cfg: PolicyConfig, svc, s):
     cap, e2e = svc.replica_capacity_rps, svc.mean_e2e_s
     peak_n = replicas_for(prep.peak_rps, cap, cfg.target_utilization)
@@ -87,20 +94,18 @@ def _controller(policy: str, value: float, prep: Prepared, cfg: PolicyConfig, sv
         hot = max(math.ceil(value * replicas_for(train_peak, cap, cfg.target_utilization)), 1)
         u = cfg.target_utilization
         return ReactiveController(policy, cap, u, e2e, hot_replicas=hot, max_replicas=max_n)
+    if policy == "present_rate":
+        tcfg = _pools(prep, cfg, s, max_n)
+        return PresentRateController(
+            tcfg, prep.arrivals, prep.t0_s, prep.bin_s, value, s.interval_s, s.cold_start_s
+        )
     if policy == "tideserve":
-        hot = learn_hot_replicas(prep.train_rates, cfg, s.hot_quantile)
-        tcfg = replace(cfg, hot_replicas=hot, max_cold_replicas=max(max_n - hot, 0))
         head = replace(s.headroom, quantile=value)
+        tcfg = _pools(prep, cfg, s, max_n)
         ctl = TideserveController(tcfg, cold_start_p95_s=s.cold_start_s, headroom=head)
         if len(prep.train_rates):
             ctl.train(prep.t0_s - len(prep.train_rates) * prep.bin_s, prep.bin_s, prep.train_rates)
         return ctl
-    if policy == "present_rate":
-        hot = learn_hot_replicas(prep.train_rates, cfg, s.hot_quantile)
-        tcfg = replace(cfg, hot_replicas=hot, max_cold_replicas=max(max_n - hot, 0))
-        return PresentRateController(
-            tcfg, prep.arrivals, prep.t0_s, prep.bin_s, value, s.interval_s, s.cold_start_s
-        )
     if policy == "oracle":
         look = int(s.cold_start_s) + s.interval_s
         return OracleController(policy, prep.arrivals, prep.t0_s, cap, look)

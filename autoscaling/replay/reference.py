@@ -13,7 +13,7 @@ It does not know the next window: a step up at a window edge finds the capacity 
 asked for, as it finds every policy here. So the gap between this reference and tideserve
 measures what the forecast and the learned, volatility-grouped headroom buy over perfect
 knowledge of the present; and reactive's violations over this reference's, at equal GPU-hours,
-bound what any sizing that holds a fixed multiple of the present rate can show against reactive.
+show what sizing a fixed multiple of the true present rate gains over reactive.
 Pure: time comes in as `now_s`.
 """
 
@@ -45,8 +45,12 @@ class PresentRateController:
         self.name, self.cfg, self.hot_replicas = name, cfg, cfg.hot_replicas
         self._t0, self._bin, self._interval = t0_s, bin_s, interval_s
         self._headroom, self._cold_start_s = headroom, cold_start_s
-        n = len(arrivals) // bin_s * bin_s
-        self._means = arrivals[:n].reshape(-1, bin_s).mean(axis=1) if n else arrivals[:1]
+        if not len(arrivals):
+            raise ValueError("PresentRateController.arrivals is empty: no window to know")
+        # each window's mean, the last one however short the trace leaves it
+        starts = np.arange(0, len(arrivals), bin_s)
+        lengths = np.diff(np.r_[starts, len(arrivals)])
+        self._means = np.add.reduceat(arrivals, starts) / lengths
         self.state = PolicyState.initial()
 
     def true_rate_rps(self, now_s: float) -> float:

@@ -25,9 +25,10 @@ def controller(arrivals: np.ndarray, headroom: float = 1.5) -> PresentRateContro
     return PresentRateController(CFG, arrivals, 0.0, 600, headroom, 10, 120.0)
 
 
-def calm(ready: int = 1) -> Observation:
+def calm() -> Observation:
+    """One hot replica up, nothing queued."""
     return Observation(rate_rps=None, queue_depth=0.0, queue_wait_s=0.0, hot_ready=1,
-                       cold_ready=ready - 1, cold_starting=0)  # fmt: skip
+                       cold_ready=0, cold_starting=0)  # fmt: skip
 
 
 def test_it_knows_the_window_of_the_last_interval_and_not_the_next_one():
@@ -59,3 +60,13 @@ def test_a_step_it_did_not_cover_still_costs_it_a_cold_start():
 def test_a_non_positive_headroom_is_an_error_naming_it():
     with pytest.raises(ValueError, match="headroom=0"):
         controller(steps(100.0), headroom=0.0)
+
+
+def test_a_trace_ending_mid_window_knows_that_last_short_windows_true_rate():
+    arrivals = np.r_[steps(100.0), np.full(300, 200.0)]
+    assert controller(arrivals).true_rate_rps(910.0) == 200.0
+
+
+def test_no_arrivals_is_an_error_naming_them():
+    with pytest.raises(ValueError, match="arrivals is empty"):
+        controller(np.array([]))
