@@ -81,6 +81,10 @@ def test_can_pack_float32_on_cpu_and_bfloat16_only_with_native_bf16_units():
 
 
 @needs_mkldnn
+@pytest.mark.skipif(
+    not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()),
+    reason="oneDNN's bf16 path needs AVX512-BW/VL/DQ or AVX-NE-CONVERT, which this CPU lacks",
+)
 @pytest.mark.parametrize("rows", [1, 16, 93])
 def test_packed_bfloat16_matches_f_linear_to_bf16_rounding(rows):
     torch.manual_seed(0)
