@@ -152,7 +152,7 @@ def build_report(args, dtype: str, walls: dict, outs: dict) -> dict:
     )
     ratio = tps["engine"] / tps["generate_batch"]
     # In bfloat16 two correct implementations part at the first near tie (see
-    # tests/unit/test_engine_bf16.py); how long they agree first says more than whole-output
+    # tests/unit/engine/test_bf16.py); how long they agree first says more than whole-output
     # equality, which float32 keeps and bfloat16 over 96 tokens rarely does.
     prefix = [
         common_prefix(a, b) for a, b in zip(outs["engine"], outs["generate_batch"], strict=True)

@@ -2,7 +2,7 @@
 
 Each function below names what it reads and why no public API gives it on Ray 2.60. Product and
 test code call these instead of importing private modules, so a Ray upgrade that moves one of
-them breaks here, in one place, with a test (`tests/unit/test_repository.py`) keeping it so.
+them breaks here, in one place, with a test (`tests/unit/repo/test_repository.py`) keeping it so.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Every field of OpenAI's chat-completions and completions requests is in exactly 
 a typed field of the request models (serving/api/openai.py, honoured), REFUSED (a 400 naming it
 unless its value is null or the harmless default listed), or IGNORED (identifiers and cache
 hints that change nothing in the output). Anything else is an unknown field: a 400 naming it.
-docs/openai.md has the same table for users; tests/unit/test_openai_fields.py keeps them equal.
+docs/openai.md has the same table for users; tests/unit/api/test_openai_fields.py keeps them equal.
 """
 
 from __future__ import annotations

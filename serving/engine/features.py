@@ -7,7 +7,7 @@ Two checks, one list of names:
     argument the model passes and we would otherwise drop), naming it and the module.
 
 Served by the paged attention (each verified token for token against `generate()` in
-tests/unit/test_engine_architectures.py): causal self-attention with any number of KV heads,
+tests/unit/engine/test_architectures.py): causal self-attention with any number of KV heads,
 sliding windows (one for every layer, or per layer from `layer_types`) and attention-logit
 soft-capping. The architectures below are the ones verified; others are refused by the paged
 runner, and may run on the plain runner (`runner: hf`), which runs the model's own attention.

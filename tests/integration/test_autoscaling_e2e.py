@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from serving.tiny_models import save_tiny_model_dir
-from tests.integration.test_serve_app import app_args
+from tests.integration.serve_helpers import app_args
 
 pytestmark = pytest.mark.integration
 

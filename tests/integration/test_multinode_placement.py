@@ -30,7 +30,7 @@ def test_pools_are_placed_on_their_node_groups(tmp_path):
     # Its own process group: on a timeout the script and the nodes it started are stopped
     # together, not left running on a machine other jobs share.
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests/integration/multinode_placement.py"), str(model_dir),
+        [sys.executable, str(ROOT / "tests/scripts/multinode_placement.py"), str(model_dir),
          str(PORT)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -21,7 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 def _run(mode: str, port: int) -> dict:
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests/integration/serve_scaler_paths.py"), mode, str(port)],
+        [sys.executable, str(ROOT / "tests/scripts/serve_scaler_paths.py"), mode, str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
