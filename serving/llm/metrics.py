@@ -71,14 +71,26 @@ POOL, MODEL, TIER, GPU = "pool", "model_name", "tier", "gpu"
 REASON, STATUS, ACTION, KNOB = "finished_reason", "status", "action", "knob"
 # How a request ended at the replica (tideserve_requests{status}).
 STATUSES = ("ok", "refused", "timeout", "invalid", "aborted")
+# The engine's finish reasons (vllm_request_success{finished_reason}).
+FINISH_REASONS = ("stop", "length", "abort")
+# How an admitted request's stream ended (the finished_reason of the end-to-end histogram): an
+# engine finish reason, or "cancelled" (the caller closed the stream first: the ingress cut it at
+# a stop string, or its client left; the replica cannot tell the two apart), "timeout" (it waited
+# in the engine past its deadline), "invalid" (the engine refused it as it is), "error" (anything
+# else raised, such as a dead engine loop).
+END_REASONS = (*FINISH_REASONS, "cancelled", "timeout", "invalid", "error")
 _BASE = (POOL, MODEL)
 
 # name -> (kind, tag keys, description)
 METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     TTFT: ("histogram", (*_BASE, TIER), "Time to first token, from arrival at the replica."),
-    E2E_LATENCY: ("histogram", (*_BASE, TIER), "Arrival at the replica to the last token."),
+    E2E_LATENCY: (
+        "histogram",
+        (*_BASE, TIER, REASON),
+        "Arrival at the replica to the request's end, by how it ended (END_REASONS).",
+    ),
     QUEUE_WAIT: ("histogram", (*_BASE, TIER), "Arrival to admission into the running batch."),
-    DECODE_TIME: ("histogram", (*_BASE, TIER), "First token to last token."),
+    DECODE_TIME: ("histogram", (*_BASE, TIER, REASON), "First token to the request's end."),
     RUNNING_SEQS: ("gauge", (*_BASE, TIER), "Sequences admitted and decoding."),
     WAITING_SEQS: ("gauge", (*_BASE, TIER), "Sequences waiting for admission."),
     KV_USAGE: ("gauge", _BASE, "KV-cache usage (used or reserved blocks), 1 = 100%."),
@@ -172,25 +184,27 @@ class ReplicaMetrics:
         self._seen_tiers: set[str] = set()
         self._last_counts: dict[str, int] = {}
 
-    def observe_request(
-        self,
-        tier: str,
-        ttft_s: float | None,
-        e2e_s: float | None,
-        queue_wait_s: float | None,
-        finish_reason: str | None = None,
-    ) -> None:
-        """One finished request; a None duration (not measured) is skipped."""
-        durations = [(TTFT, ttft_s), (E2E_LATENCY, e2e_s), (QUEUE_WAIT, queue_wait_s)]
-        if ttft_s is not None and e2e_s is not None:
-            durations.append((DECODE_TIME, max(0.0, e2e_s - ttft_s)))
-        for name, value in durations:
+    def observe_first_token(self, tier: str, ttft_s: float, queue_wait_s: float | None) -> None:
+        """A request's first token: its TTFT, and its queue wait where the engine measured one."""
+        for name, value in ((TTFT, ttft_s), (QUEUE_WAIT, queue_wait_s)):
             if value is None:
                 continue
             _check_duration(name, value)
             self._metrics[name].observe(float(value), tags={TIER: tier})
-        if finish_reason:
-            self._metrics[REQUEST_SUCCESS].inc(1.0, tags={REASON: finish_reason})
+
+    def observe_end(self, tier: str, e2e_s: float, ttft_s: float | None, reason: str) -> None:
+        """A request's end, whatever it was (END_REASONS): end-to-end, and the decode time if a
+        first token came; an engine finish also counts in vllm_request_success."""
+        if reason not in END_REASONS:
+            raise ValueError(f"reason={reason!r} is not one of {list(END_REASONS)}")
+        durations = [(E2E_LATENCY, e2e_s)]
+        if ttft_s is not None:
+            durations.append((DECODE_TIME, max(0.0, e2e_s - ttft_s)))
+        for name, value in durations:
+            _check_duration(name, value)
+            self._metrics[name].observe(float(value), tags={TIER: tier, REASON: reason})
+        if reason in FINISH_REASONS:
+            self._metrics[REQUEST_SUCCESS].inc(1.0, tags={REASON: reason})
 
     def count_request(self, status: str) -> None:
         """How a request ended at this replica (one of STATUSES)."""

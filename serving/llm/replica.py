@@ -28,6 +28,7 @@ from serving.llm.messages import (
     ReplicaReading,
     ReplicaReport,
 )
+from serving.llm.request_latency import RequestLatency
 
 log = logging.getLogger("ray.serve")
 
@@ -196,8 +197,7 @@ class ModelReplica:
     async def _relay(
         self, request: GenerateRequest, tier_cfg, outcome: list[str], predicted_ttft_s: float
     ):
-        arrived = time.monotonic()
-        first_s = queue_wait_s = None
+        clock = RequestLatency(self.metrics, request.tier, time.monotonic())
         first = True
         try:
             stream = self.engine.stream(
@@ -209,17 +209,13 @@ class ModelReplica:
                 interval_s=self.config.replica.stream_interval_s,
             )
             async for delta in stream:
-                if first_s is None:
-                    first_s = time.monotonic() - arrived
-                    queue_wait_s = delta.queue_wait_s
+                if first:
+                    clock.first_token(time.monotonic(), delta.queue_wait_s)
                     self.metrics.count_tokens(delta.num_prompt_tokens, 0)
                 self.metrics.count_tokens(0, len(delta.token_ids))
-                if delta.finished:
+                if delta.finished:  # recorded before the last yield: the caller may not resume
                     outcome[0] = "ok"
-                    e2e_s = time.monotonic() - arrived
-                    self.metrics.observe_request(
-                        request.tier, first_s, e2e_s, queue_wait_s, delta.finish_reason
-                    )
+                    clock.end(time.monotonic(), delta.finish_reason or "stop")
                 yield Delta(
                     text=delta.text,
                     token_ids=tuple(delta.token_ids),
@@ -234,10 +230,17 @@ class ModelReplica:
                 first = False
         except ValueError as err:  # the engine refused the request as it is (too long, ...)
             outcome[0] = "invalid"
+            clock.end(time.monotonic(), "invalid")
             yield Failure(400, str(err))
         except RequestTimeoutError as err:
             outcome[0] = "timeout"
+            clock.end(time.monotonic(), "timeout")
             yield Refusal(str(err), self.config.server.retry_after_s)
+        except Exception:  # a dead engine loop, ...: the request still ended, and counts
+            clock.end(time.monotonic(), "error")
+            raise
+        finally:  # GeneratorExit / CancelledError: the ingress cut a stop string or the client left
+            clock.end(time.monotonic(), "cancelled")
 
 
 def _controller_reporter(pool: str):

@@ -105,7 +105,8 @@ class DummyReplica:
         }
 
     async def __call__(self) -> int:
-        self.metrics.observe_request("interactive", 0.03, 0.2, 0.001, "stop")
+        self.metrics.observe_first_token("interactive", 0.03, 0.001)
+        self.metrics.observe_end("interactive", 0.2, 0.03, "stop")
         self.metrics.count_tokens(5, 7)
         return self.rank
 
@@ -169,7 +170,7 @@ def test_router_sends_most_requests_to_the_replica_with_most_headroom(app):
 
 
 def test_replica_metrics_reach_prometheus_under_ray_prefixed_names(app):
-    assert app.handle.remote().result(timeout_s=20) in (0, 1)  # one observe_request at least
+    assert app.handle.remote().result(timeout_s=20) in (0, 1)  # one request observed at least
     from serving.ray_internals import metrics_export_port
 
     url = f"http://127.0.0.1:{metrics_export_port()}/metrics"

@@ -103,15 +103,42 @@ def test_latency_buckets_span_10ms_to_120s_sorted():
     assert b[0] == 0.01 and b[-1] == 120.0 and list(b) == sorted(set(b))
 
 
-def test_observe_request_per_tier_skips_unmeasured():
+def test_first_token_records_ttft_and_queue_wait_per_tier():
     rm, made = fake_metrics()
-    rm.observe_request("interactive", 0.05, 1.5, None, "length")
-    tags = {"pool": "hot", "model_name": "smol", "tier": "interactive"}
-    assert made[m.TTFT].observed == [(0.05, tags)]
+    rm.observe_first_token("interactive", 0.05, None)
+    rm.observe_first_token("offline", 0.5, 0.25)
+    tags = {"pool": "hot", "model_name": "smol"}
+    assert made[m.TTFT].observed == [
+        (0.05, {**tags, "tier": "interactive"}),
+        (0.5, {**tags, "tier": "offline"}),
+    ]
+    assert made[m.QUEUE_WAIT].observed == [(0.25, {**tags, "tier": "offline"})]
+    assert made[m.E2E_LATENCY].observed == []  # the end is recorded at the end
+
+
+def test_end_records_e2e_and_decode_time_with_the_reason():
+    rm, made = fake_metrics()
+    rm.observe_end("interactive", 1.5, 0.05, "length")
+    tags = {"pool": "hot", "model_name": "smol", "tier": "interactive", "finished_reason": "length"}
     assert made[m.E2E_LATENCY].observed == [(1.5, tags)]
     assert made[m.DECODE_TIME].observed == [(1.45, tags)]
-    assert made[m.QUEUE_WAIT].observed == []
     assert made[m.REQUEST_SUCCESS].total == 1.0
+
+
+def test_an_end_that_is_no_engine_finish_counts_in_e2e_not_in_success():
+    rm, made = fake_metrics()
+    rm.observe_end("interactive", 0.8, 0.1, "cancelled")
+    rm.observe_end("interactive", 3.0, None, "timeout")  # no first token: no decode time
+    reasons = [tags["finished_reason"] for _, tags in made[m.E2E_LATENCY].observed]
+    assert reasons == ["cancelled", "timeout"]
+    assert len(made[m.DECODE_TIME].observed) == 1
+    assert made[m.REQUEST_SUCCESS].total == 0.0
+
+
+def test_end_reason_is_checked():
+    rm, _ = fake_metrics()
+    with pytest.raises(ValueError, match="reason='lost'"):
+        rm.observe_end("interactive", 1.0, None, "lost")
 
 
 def test_vllm_names_where_the_meaning_is_vllms():
@@ -145,10 +172,12 @@ def test_requests_tokens_and_tuner_moves_are_counted():
 
 
 @pytest.mark.parametrize("bad", [-0.1, math.inf, math.nan])
-def test_observe_request_rejects_bad_durations(bad):
+def test_latencies_reject_bad_durations(bad):
     rm, _ = fake_metrics()
     with pytest.raises(ValueError, match="duration"):
-        rm.observe_request("offline", bad, 1.0, 0.0)
+        rm.observe_first_token("offline", bad, 0.0)
+    with pytest.raises(ValueError, match="duration"):
+        rm.observe_end("offline", bad, None, "stop")
 
 
 def test_update_engine_sets_gauges_and_per_tier_counts():
@@ -207,7 +236,8 @@ def test_pool_is_checked():
 # ----- the real ray.serve.metrics objects, outside a replica and without ray.init --------------
 def test_real_serve_metrics_build_and_record_without_a_cluster():
     rm = m.ReplicaMetrics("hot")
-    rm.observe_request("interactive", 0.02, 0.9, 0.001)
+    rm.observe_first_token("interactive", 0.02, 0.001)
+    rm.observe_end("interactive", 0.9, 0.02, "cancelled")
     rm.update_engine(engine_stats(num_preemptions=2), avg_seq_len_tokens=120.0)
     rm.update_gpus([GpuSample(0, "fake", 1, 2, 3.0)])
     # Ray validates tags at record time even with nowhere to send them
