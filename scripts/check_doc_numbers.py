@@ -12,16 +12,18 @@ names the file and where in it the number is:
     4.6%<!-- engine_throughput_cpu_quick.json: {outside_forward_fraction} * 100 -->
 
 The reference is a dotted key path (a list is indexed by position, or by the `name` of the
-object in it) or an arithmetic expression (+ - * / and parentheses) of key paths in braces. The
-number checked is the one right before the comment; a unit (`x`, `s`, `%`, `tok/s`, ...) and the
-closing `**` of bold may sit between. The file's value must round to the number as shown: 2.89
+object in it; a key with dots in it, such as `99.9%`, is written as it is) or an arithmetic
+expression (+ - * / and parentheses) of key paths in braces. The number checked is the one right
+before the comment; a unit (`x`, `s`, `%`, `tok/s`, ...) and the closing `**` of bold may sit
+between. The file's value must round to the number as shown: 2.89
 accepts [2.885, 2.895]. A table is checked cell by cell by one comment on the line before it:
 
-    <!-- table engine_throughput_cpu_quick.json: systems.{row}.{col}; cols: tokens_per_s - ttft_p50_s -->
+    <!-- table engine_throughput_cpu.json: systems.{row}.{col}; cols: tokens_per_s - ttft_p50_s -->
 
 `{row}` is each data row's first cell (its first `code` span if it has one) or, with
 `rows: a b c`, the given keys in order; `{col}` is the key given for each column after the
-first, `-` for a column not checked; `a/b` for a cell that shows two numbers (`0.09 / 0.61 s`).
+first, `-` for a column not checked; `a/b` for a cell that shows two numbers (`0.09 / 0.61 s`),
+`key*100` or `key*1000` for a cell in percent or milliseconds.
 """
 
 from __future__ import annotations
@@ -75,14 +77,18 @@ class Check:
 
 
 def lookup(data, path: str):
-    """The value at a dotted key path; a list takes an index or the `name` of an item."""
-    node = data
-    for key in path.split("."):
+    """The value at a dotted key path; a list takes an index or the `name` of an item. A key
+    that holds dots itself (`99.9%`) is matched whole: the longest run of segments that is a key."""
+    node, keys = data, path.split(".")
+    while keys:
         if isinstance(node, dict):
-            if key not in node:
-                raise KeyError(f"no key {key!r} (has {sorted(node)[:12]})")
-            node = node[key]
-        elif isinstance(node, list):
+            n = next((n for n in range(len(keys), 0, -1) if ".".join(keys[:n]) in node), 0)
+            if not n:
+                raise KeyError(f"no key {keys[0]!r} (has {sorted(node)[:12]})")
+            node, keys = node[".".join(keys[:n])], keys[n:]
+            continue
+        key, keys = keys[0], keys[1:]
+        if isinstance(node, list):
             if key.lstrip("-").isdigit():
                 node = node[int(key)]
                 continue
@@ -146,6 +152,15 @@ def _row_key(cell: str) -> str:
     return code.group(1) if code else cell.strip("* ")
 
 
+def _cell_ref(template: str, row: str, key: str) -> str:
+    """A column key may carry a scale, `error*100` or `p99_s*1000`, for a unit the page shows."""
+    scaled = re.fullmatch(r"(.+?)([*/])([\d.]+)", key)
+    if not scaled:
+        return template.format(row=row, col=key)
+    path = template.format(row=row, col=scaled[1])
+    return f"{{{path}}} {scaled[2]} {scaled[3]}"
+
+
 def table_checks(lines: list[str], start: int, file: str, spec: str) -> list[Check]:
     """The checks of the table after line `start` (0-based) under one `table` comment."""
     parts = dict(p.split(":", 1) if ":" in p else ("path", p) for p in spec.split(";"))
@@ -176,7 +191,7 @@ def table_checks(lines: list[str], start: int, file: str, spec: str) -> list[Che
                 raise ValueError(f"line {j + 1}: cell {cell!r} has {len(numbers)} numbers, {col}")
             for key, shown in zip(keys, numbers, strict=True):
                 if key != "-":
-                    checks.append(Check(j + 1, shown, file, template.format(row=row, col=key)))
+                    checks.append(Check(j + 1, shown, file, _cell_ref(template, row, key)))
     return checks
 
 
@@ -206,6 +221,7 @@ def check_page(path: Path, results: Path = RESULTS) -> tuple[int, list[Problem]]
         return 0, [Problem(path.name, 0, "", "", "", f"malformed table comment: {err}")]
     problems, loaded = [], {}
     for c in checks:
+
         def problem(why: str, c=c) -> Problem:
             return Problem(path.name, c.line, c.shown, c.file, c.ref, why)
 

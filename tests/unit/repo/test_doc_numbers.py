@@ -25,6 +25,7 @@ RESULT = {
     "fraction": 0.0456,
     "systems": [{"name": "engine", "tps": 179.45, "p50": 0.2626}, {"name": "peer", "tps": 133.79}],
     "runs": {"1x": {"p50_s": 0.09, "p99_s": 0.61}},
+    "reach": {"99.9%": 1.38},
 }
 
 
@@ -54,6 +55,7 @@ def test_the_docs_quote_their_result_files_exactly():
         "ratio 1.34x<!-- r.json: {systems.engine.tps} / {systems.peer.tps} -->",
         "p50 **0.09 s**<!-- r.json: runs.1x.p50_s -->, p99 0.61<!-- r.json: runs.1x.p99_s -->",
         "2.9x<!-- r.json: ratios.a_vs_b -->",  # fewer decimals shown, looser check
+        "99.9% at 1.38x<!-- r.json: reach.99.9% -->",  # a key with a dot in it
     ],
 )
 def test_a_number_that_rounds_to_its_file_passes(tmp_path, line):
