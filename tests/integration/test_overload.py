@@ -68,7 +68,7 @@ def test_three_times_capacity_gets_429s_and_the_admitted_keep_their_slo(served):
     assert all(state == IDLE for state in wait_idle(APP).values())
 
 
-def test_offline_flood_is_refused_and_interactive_is_served_or_told_when_to_retry(served):
+def test_offline_flood_is_refused_and_interactive_keeps_its_slo(served):
     report = asyncio.run(
         isolation_scenario(
             served["url"], duration_s=10, probe_s=4, concurrency=8, interactive_rps=2.0
@@ -78,17 +78,18 @@ def test_offline_flood_is_refused_and_interactive_is_served_or_told_when_to_retr
     offline = report["loaded"]["offline"]
     assert offline["statuses"].get("429", 0) > 0  # the flood really exceeded capacity
     interactive = report["loaded"]["interactive"]
-    # What holds under a 10x offline flood on 2 shared cores: interactive requests are answered
-    # (200) or refused with 429 + Retry-After, never a 5xx or an unbounded wait. The SLO itself is
-    # NOT held here: admitted interactive TTFT p99 measured 2.0-3.7 s against 1.0 s, with 36-73%
-    # of them refused: the flood's refusals take the proxy's and the ingress's share of the same
-    # 2 cores (in the engine alone the offline step cap holds interactive TTFT p50 at 1.25x of
-    # unloaded: benchmarks/engine_isolation.py); the target is open and measured by
-    # benchmarks/hardening.py. The bound below catches a queue.
+    # Under a 10x offline flood the interactive tier keeps its SLO: the front door's share for the
+    # lower tiers refuses the flood before it queues, and offline work yields its engine slot to
+    # a waiting interactive request. benchmarks/results/hardening_isolation_offline_yields.json
+    # (60 s, Intel Xeon, 2 vCPUs): 121 of 121 served, admitted TTFT p50 0.107 s, p99 0.28 s.
+    # This test's 10 s on the 2 shared AMD EPYC vCPUs (2026-12-03): 22 of 22 served, p50 0.069 s,
+    # p99 0.40 s. The bounds leave a loaded CI machine room: a few refusals (with Retry-After),
+    # p50 at 7x and p99 at 2.5x what was measured, still within the SLO.
     assert set(interactive["statuses"]) <= {"200", "429"}, interactive
-    assert interactive["statuses"].get("200", 0) > 0, interactive
+    assert interactive["statuses"].get("200", 0) >= 0.8 * interactive["num_sent"], interactive
     assert interactive["retry_after_missing"] == 0
-    assert interactive["ttft_p99_s"] <= 6 * TTFT_SLO_S, report["ttft_p99_ratio"]
+    assert interactive["ttft_p50_s"] <= 0.5 * TTFT_SLO_S, interactive
+    assert interactive["ttft_p99_s"] <= TTFT_SLO_S, interactive
     assert all(state == IDLE for state in wait_idle(APP).values())
 
 
