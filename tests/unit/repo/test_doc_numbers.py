@@ -46,6 +46,16 @@ def test_the_docs_quote_their_result_files_exactly():
     assert n_bench >= 100  # benchmarks.md is annotated, not just free of annotations
 
 
+def test_a_changed_number_in_benchmarks_md_fails(tmp_path):
+    text = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    quoted = "**2.89x**<!-- engine_throughput_cpu_quick.json: ratios.tideserve_vs_static_batch -->"
+    assert quoted in text
+    page = tmp_path / "benchmarks.md"
+    page.write_text(text.replace(quoted, quoted.replace("2.89x", "2.99x"), 1), encoding="utf-8")
+    _, problems = check.check_page(page)
+    assert [p.shown for p in problems] == ["2.99"], problems
+
+
 @pytest.mark.parametrize(
     "line",
     [
