@@ -82,9 +82,9 @@ def test_offline_flood_is_refused_and_interactive_keeps_its_slo(served):
     # lower tiers refuses the flood before it queues, and offline work yields its engine slot to
     # a waiting interactive request. benchmarks/results/hardening_isolation_offline_yields.json
     # (60 s, Intel Xeon, 2 vCPUs): 121 of 121 served, admitted TTFT p50 0.107 s, p99 0.28 s.
-    # This test's 10 s on the 2 shared AMD EPYC vCPUs (2026-12-03): 22 of 22 served, p50 0.069 s,
-    # p99 0.40 s. The bounds leave a loaded CI machine room: a few refusals (with Retry-After),
-    # p50 at 7x and p99 at 2.5x what was measured, still within the SLO.
+    # This test's 10 s on the 2 shared AMD EPYC vCPUs, two runs on 2026-12-03: 22 of 22 served,
+    # p50 0.069 and 0.090 s, p99 0.40 and 0.35 s. The bounds leave a loaded CI machine room: a few
+    # refusals (with Retry-After), p50 at 5x and p99 at 2.5x what was measured, within the SLO.
     assert set(interactive["statuses"]) <= {"200", "429"}, interactive
     assert interactive["statuses"].get("200", 0) >= 0.8 * interactive["num_sent"], interactive
     assert interactive["retry_after_missing"] == 0
