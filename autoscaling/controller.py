@@ -7,7 +7,8 @@ The only place in autoscaling/ that reads the clock, talks to Serve or sleeps. E
     rate    <- ingress cumulative request and 429 counts (signals.RateMeter)
     queue   <- the replicas' pushed stats                (signals.ReportBook, via report())
     cold-start samples <- running count vs our requests  (cold_start.ColdStartTracker)
-    decision = step.tick(forecaster, headroom learner, state, ...)  (observe, forecast, decide)
+    decision = live_tick.live_tick(...)  (the same tick as Serve's policy: observe, forecast,
+                                          decide, the batch lane's ask included)
              -> serve_io.ServeScaler.scale(...)
     history  -> controller.history_path (atomic JSON)
 
@@ -27,11 +28,8 @@ from typing import Any
 
 import ray
 
-from autoscaling import step
-from autoscaling.history_store import (
-    decision_record,
-    default_history_path,
-)
+from autoscaling.history_store import default_history_path
+from autoscaling.live_tick import LiveMeters, PoolView, live_tick, note_cold_target
 from autoscaling.memory import ScalerMemory
 from autoscaling.policy import PolicyConfig
 from autoscaling.reporter import CONTROLLER_NAMESPACE, controller_name
@@ -42,9 +40,8 @@ from autoscaling.serve_io import (
     ingress_stats,
     read_counts,
 )
-from autoscaling.signals import ModelClock, RateMeter, ReportBook, lead_override_s
+from autoscaling.signals import ModelClock, ReportBook
 from serving.config import AppConfig
-from serving.llm.autoscaling_stats import IngressStats
 from serving.llm.messages import ReplicaReport
 
 log = logging.getLogger("ray.serve")
@@ -69,8 +66,7 @@ class ForecastController:
         self.history_path = ctl.history_path or default_history_path(self.app)
         self.lock = threading.Lock()
         self.book = ReportBook()
-        self.rate = RateMeter()
-        self.refused = RateMeter()  # the same readings' refusals (429 for capacity)
+        self.meters = LiveMeters()  # the ingress's request and refusal (429) rates
         self.memory = ScalerMemory.load(self.history_path)
         self.scaler = ServeScaler(self.app, dashboard_url)
         self.applied: dict[str, int] = {}  # deployment -> target we set (or found at start)
@@ -130,46 +126,26 @@ class ForecastController:
             self.clock = self.memory.start_clock(self.cfg.controller, wall)
         for dep in ("hot", "cold"):
             self.applied.setdefault(dep, counts[dep].live)
-        model_now = self.clock.now(wall)
-        rate, refused = self._ingress_rates(ingress_stats(self.app), wall)
         with self.lock:
             signals = self.book.signals(wall, REPORT_MAX_AGE_S)
-        p95_wall = self.memory.tracker.p95_s()
-        seen = step.Observed(
-            rate_rps=rate,
-            hot_ready=counts["hot"].running,
-            cold_ready=counts["cold"].running,
-            cold_starting=max(0, counts["cold"].live - counts["cold"].running),
+        view = PoolView(
+            ingress=ingress_stats(self.app),
+            ingress_sample_s=wall,
+            hot_running=counts["hot"].running,
+            cold_running=counts["cold"].running,
+            cold_target=counts["cold"].live,
             queue_depth=signals.queue_depth,
             queue_wait_s=signals.queue_wait_s,
-            refused_rps=refused or 0.0,
-            cold_start_p95_s=None if p95_wall is None else self.clock.to_model_s(p95_wall),
-            lead_override_s=lead_override_s(self.cfg.controller, model_now),
-            rate_at_s=None if self.rate.mid_s is None else self.clock.now(self.rate.mid_s),
         )
-        decision, forecast = self.memory.tick(self.policy_cfg, seen, model_now)
-        changed = self._apply("hot", decision.hot_target, counts["hot"].live, wall)
-        changed |= self._apply("cold", decision.cold_target, counts["cold"].live, wall)
-        record = decision_record(
-            model_now, wall, decision, forecast, rate, counts["hot"].running,
-            counts["cold"].running, signals,
-        )  # fmt: skip
+        ctl = self.cfg.controller
+        out = live_tick(self.memory, self.meters, self.clock, ctl, self.policy_cfg, view, wall)
+        changed = self._apply("hot", out.decision.hot_target, counts["hot"].live, wall)
+        changed |= self._apply("cold", out.decision.cold_target, counts["cold"].live, wall)
         with self.lock:
-            self.memory.history.add_decision(record)
-            self.last = {"state": "running", **record}
+            self.memory.history.add_decision(out.record)
+            self.last = {"state": "running", **out.record}
         if changed or time.time() - self._saved_wall >= SAVE_EVERY_S:
-            self._save(model_now)
-
-    def _ingress_rates(
-        self, stats: IngressStats | None, wall: float
-    ) -> tuple[float | None, float | None]:
-        """Requests/s and refused (429) requests/s since the last reading; (None, None) while
-        the ingress is unreachable: a missing window, and the next reading spans the gap."""
-        if stats is None:
-            return None, None
-        return self.rate.update(stats.num_requests, wall), self.refused.update(
-            stats.num_refused, wall
-        )
+            self._save(out.model_now_s)
 
     def _apply(self, deployment: str, target: int, live: int, wall: float) -> bool:
         """Set the target when it changed, or again when Serve's live count drifted from it
@@ -183,10 +159,7 @@ class ForecastController:
         self.applied[deployment] = target
         if deployment == "cold":
             with self.lock:
-                if target > current:
-                    self.memory.tracker.requested(target - current, wall)
-                else:
-                    self.memory.tracker.cancelled(current - target)
+                note_cold_target(self.memory.tracker, current, target, wall)
         log.info(
             "%s %s -> %s replicas (%s live) via %s",
             deployment,

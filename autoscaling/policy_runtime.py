@@ -2,8 +2,9 @@
 
 Serve's application-level policy (autoscaling/serve_policy.py) hands it a `PoolView` (what the
 ingress and the replicas reported, and Serve's replica counts) and the wall time, on every
-control-loop iteration (~0.1 s). Every `controller.interval_s` it runs one `step.tick` (the same
-function the replay runs) and returns the cold pool's target; in between it returns the last
+control-loop iteration (~0.1 s). Every `controller.interval_s` it runs one
+`live_tick.live_tick` (the external-scaler actor runs the same one; it wraps `step.tick`, which
+the replay runs) and returns the cold pool's target; in between it returns the last
 one and only watches cold starts (target raised -> replica running, to the control loop's
 resolution). It reads no clock and calls no Ray API: time comes in, so tests step it by hand.
 
@@ -16,36 +17,18 @@ and when Serve's controller restarts) and written atomically on a change or ever
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
-from autoscaling import step
-from autoscaling.history_store import (
-    decision_record,
-    default_history_path,
-)
+from autoscaling.history_store import default_history_path
+from autoscaling.live_tick import LiveMeters, PoolView, live_tick, note_cold_target
 from autoscaling.memory import ScalerMemory
 from autoscaling.policy import PolicyConfig
-from autoscaling.signals import ModelClock, RateMeter, lead_override_s
+from autoscaling.signals import ModelClock
 from serving.config import AppConfig
-from serving.llm.autoscaling_stats import IngressStats
 
 log = logging.getLogger("ray.serve")
 
 SAVE_EVERY_S = 30.0  # wall seconds between history saves when nothing changed
-
-
-@dataclass(frozen=True, slots=True)
-class PoolView:
-    """One control-loop iteration's view of the app (autoscaling/serve_policy.read_view)."""
-
-    ingress: IngressStats | None  # None: no fresh report (ingress starting or restarting)
-    ingress_sample_s: float | None  # wall time of that report (the rate's time axis)
-    hot_running: int
-    cold_running: int
-    cold_target: int  # Serve's current target for cold
-    queue_depth: int  # waiting sequences over hot and cold replicas with a fresh report
-    queue_wait_s: float  # worst replica's p99 queue wait
 
 
 class PolicyRuntime:
@@ -55,8 +38,7 @@ class PolicyRuntime:
         self.policy_cfg = PolicyConfig.from_app_config(cfg)
         self.history_path = history_path or cfg.controller.history_path
         self.history_path = self.history_path or default_history_path(cfg.controller.app_name)
-        self.rate = RateMeter()
-        self.refused = RateMeter()  # the same readings' refusals (429 for capacity)
+        self.meters = LiveMeters()  # the ingress's request and refusal (429) rates
         self.clock: ModelClock | None = None
         self.target: int | None = None  # the cold target this runtime last returned
         self.next_tick_s = float("-inf")
@@ -96,52 +78,21 @@ class PolicyRuntime:
         self._tick(view, wall_s)
         return self.target
 
-    def _observed(
-        self, view: PoolView, rate: float | None, refused: float | None, model_now_s: float
-    ) -> step.Observed:
-        assert self.clock is not None
-        p95_wall = self.memory.tracker.p95_s()
-        return step.Observed(
-            rate_rps=rate,
-            hot_ready=view.hot_running,
-            cold_ready=view.cold_running,
-            cold_starting=max(0, view.cold_target - view.cold_running),
-            queue_depth=view.queue_depth,
-            queue_wait_s=view.queue_wait_s,
-            cold_start_p95_s=None if p95_wall is None else self.clock.to_model_s(p95_wall),
-            lead_override_s=lead_override_s(self.cfg.controller, model_now_s),
-            offline_cold_replicas=0 if view.ingress is None else view.ingress.offline_cold_replicas,
-            refused_rps=refused or 0.0,
-            # the ingress's counts span its previous report to this one (wall time)
-            rate_at_s=None if rate is None else self.clock.now(self.rate.mid_s),
-        )
-
     def _tick(self, view: PoolView, wall_s: float) -> None:
         assert self.clock is not None
-        model_now = self.clock.now(wall_s)
-        rate = refused = None
-        if view.ingress is not None and view.ingress_sample_s is not None:
-            rate = self.rate.update(view.ingress.num_requests, view.ingress_sample_s)
-            refused = self.refused.update(view.ingress.num_refused, view.ingress_sample_s)
-        seen = self._observed(view, rate, refused, model_now)
-        decision, forecast = self.memory.tick(self.policy_cfg, seen, model_now)
-        target = decision.cold_target
+        ctl = self.cfg.controller
+        out = live_tick(self.memory, self.meters, self.clock, ctl, self.policy_cfg, view, wall_s)
+        target = out.decision.cold_target
         current = view.cold_target if self.target is None else self.target
-        if target > current:
-            self.memory.tracker.requested(target - current, wall_s)
-        elif target < current:
-            self.memory.tracker.cancelled(current - target)
+        note_cold_target(self.memory.tracker, current, target, wall_s)
         changed = target != self.target
         self.target = target
-        record = decision_record(
-            model_now, wall_s, decision, forecast, rate, view.hot_running, view.cold_running, view
-        )
-        record["policy"] = self.status_extra()
-        self.memory.history.add_decision(record)
+        out.record["policy"] = self.status_extra()
+        self.memory.history.add_decision(out.record)
         if changed:
-            log.info("cold -> %s: %s", target, decision.reason)
+            log.info("cold -> %s: %s", target, out.decision.reason)
         if changed or wall_s - self.saved_wall_s >= SAVE_EVERY_S:
-            self.save(model_now, wall_s)
+            self.save(out.model_now_s, wall_s)
 
     def status_extra(self) -> dict[str, Any]:
         """What a decision record says about this policy instance (shown by `status`)."""

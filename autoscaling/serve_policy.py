@@ -32,7 +32,8 @@ import logging
 import time
 from typing import Any
 
-from autoscaling.policy_runtime import PolicyRuntime, PoolView
+from autoscaling.live_tick import PoolView
+from autoscaling.policy_runtime import PolicyRuntime
 from serving.config import AppConfig
 from serving.llm.autoscaling_stats import IngressStats, ReplicaStats, config_crc
 

@@ -8,10 +8,14 @@ COLOURS = {
     "rule_70_30": "tab:green",
     "tideserve": "tab:blue",
     "present_rate": "tab:grey",
+    "next_window": "tab:olive",
     "oracle": "black",
 }
 
-LABELS = {"present_rate": "present_rate (reference: true rate x fixed headroom)"}
+LABELS = {
+    "present_rate": "present_rate (reference: true rate x fixed headroom)",
+    "next_window": "next_window (reference: told the next window a cold start ahead)",
+}
 
 
 def _violation_share(row: dict) -> float:
@@ -36,8 +40,8 @@ def plot_frontier(reports: list[dict], path: str) -> None:
             style = dict(
                 marker="o", ms=4, color=COLOURS.get(policy), label=LABELS.get(policy, policy)
             )
-            if policy == "present_rate":  # a yardstick with hindsight, not a policy to pick
-                style["ls"] = "--"
+            if policy in ("present_rate", "next_window"):  # yardsticks with hindsight
+                style["ls"] = "--" if policy == "present_rate" else ":"
             ax.plot(xs, ys, lw=2.0 if policy == "tideserve" else 1.0, **style)
             for r, x, y in zip(rows, xs, ys, strict=True):
                 if "default" in r["label"] or "R6" in r["label"] or r.get("is_default"):

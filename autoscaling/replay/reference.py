@@ -10,10 +10,13 @@ holds the same multiple of it at every hour:
   the live policy has: the emergency path, the panic hold, the scale-down window.
 
 It does not know the next window: a step up at a window edge finds the capacity the old rate
-asked for, as it finds every policy here. So the gap between this reference and tideserve
-measures what the forecast and the learned, volatility-grouped headroom buy over perfect
-knowledge of the present; and reactive's violations over this reference's, at equal GPU-hours,
-show what sizing a fixed multiple of the true present rate gains over reactive.
+asked for, as it finds every policy here. With `ahead_s` (one tick plus one cold start: the
+`next_window` reference) it is also told the next window's mean that long before its edge, and
+plans for the higher of the two: the upper yardstick, which no step surprises.
+So the gap between the present-rate reference and tideserve measures what the forecast and
+the learned, volatility-grouped headroom buy over perfect knowledge of the present; and
+reactive's violations over this reference's, at equal GPU-hours, show
+what sizing a fixed multiple of the true present rate gains over reactive.
 Pure: time comes in as `now_s`.
 """
 
@@ -37,14 +40,17 @@ class PresentRateController:
         interval_s: int,
         cold_start_s: float,
         name: str = "present_rate",
+        ahead_s: float = 0.0,
     ) -> None:
         if headroom <= 0:
             raise ValueError(f"PresentRateController.headroom={headroom!r} must be > 0")
+        if ahead_s < 0:
+            raise ValueError(f"PresentRateController.ahead_s={ahead_s!r} must be >= 0")
         if bin_s < 1:
             raise ValueError(f"PresentRateController.bin_s={bin_s!r} must be >= 1")
         self.name, self.cfg, self.hot_replicas = name, cfg, cfg.hot_replicas
         self._t0, self._bin, self._interval = t0_s, bin_s, interval_s
-        self._headroom, self._cold_start_s = headroom, cold_start_s
+        self._headroom, self._cold_start_s, self._ahead_s = headroom, cold_start_s, ahead_s
         if not len(arrivals):
             raise ValueError("PresentRateController.arrivals is empty: no window to know")
         # each window's mean, the last one however short the trace leaves it
@@ -53,10 +59,17 @@ class PresentRateController:
         self._means = np.add.reduceat(arrivals, starts) / lengths
         self.state = PolicyState.initial()
 
+    def _window_mean(self, second: int) -> float:
+        return float(self._means[min(max(second, 0) // self._bin, len(self._means) - 1)])
+
     def true_rate_rps(self, now_s: float) -> float:
-        """The true mean rate of the window the last interval ([now - interval, now)) fell in."""
-        second = max(int(now_s - self._t0) - self._interval, 0)
-        return float(self._means[min(second // self._bin, len(self._means) - 1)])
+        """The true mean rate of the window the last interval ([now - interval, now)) fell in;
+        with `ahead_s`, the higher of that and the mean of the window `ahead_s` from now (the
+        next window's mean told that long before its edge)."""
+        rate = self._window_mean(int(now_s - self._t0) - self._interval)
+        if self._ahead_s:
+            rate = max(rate, self._window_mean(int(now_s - self._t0 + self._ahead_s)))
+        return rate
 
     def tick(self, now_s: float, obs: Observation) -> Targets:
         rate = self.true_rate_rps(now_s)

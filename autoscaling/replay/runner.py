@@ -1,7 +1,9 @@
 """Replay a real trace through tideserve's policy and the baselines in one run (pure numpy).
 
-    arrivals  per-second requests: a rate series (ServeGen) is piecewise constant per window with
-              Poisson arrivals inside (seeded, the same for every policy); a per-request trace
+    arrivals  per-second requests: a rate series (ServeGen) is a per-second rate curve with the
+              trace's window means (held per window, or interpolated and phase-shifted:
+              autoscaling/replay/arrivals.py) with Poisson arrivals around it (seeded, the same
+              for every policy); a per-request trace
               (Azure) gives exact per-second counts. Both are multiplied by `scale`.
     training  the first `train_days` are only observed (tideserve's forecaster, its hot pool
               size and rule_70_30's peak are learned there); the rest is judged.
@@ -23,6 +25,8 @@ import numpy as np
 
 from autoscaling.headroom import HeadroomConfig
 from autoscaling.policy import PolicyConfig
+from autoscaling.replay import judge
+from autoscaling.replay.arrivals import ARRIVAL_SHAPES, rate_curve, shifted
 from autoscaling.replay.baselines import (
     KnativeController,
     OracleController,
@@ -63,8 +67,18 @@ class ReplaySettings:
     headroom: HeadroomConfig = field(default_factory=HeadroomConfig)  # tideserve's learner
     max_replicas_factor: float = 2.0  # every elastic policy may grow to this x the peak need
     offline: OfflineLoad | None = None  # a daily batch on the idle capacity (replay/offline.py)
+    # a rate series' shape inside its windows (autoscaling/replay/arrivals.py): "steps" holds
+    # each mean, "interpolated" is continuous with the same means; phase_s moves it later
+    arrival_shape: str = "steps"
+    phase_s: int = 0
 
     def __post_init__(self) -> None:
+        if self.arrival_shape not in ARRIVAL_SHAPES:
+            raise ValueError(
+                f"arrival_shape={self.arrival_shape!r} is not known; choose from {ARRIVAL_SHAPES}"
+            )
+        if self.phase_s < 0:
+            raise ValueError(f"phase_s={self.phase_s} is out of range; allowed: >= 0")
         unknown = [p for p in self.policies if p not in POLICIES]
         if unknown:
             raise ValueError(f"policies={unknown!r} are not known; choose from {list(POLICIES)}")
@@ -94,17 +108,25 @@ def prepare(trace: RateTrace, cfg: PolicyConfig, s: ReplaySettings) -> Prepared:
     scale = 1.0
     if s.scale_to_peak_replicas is not None:
         scale = s.scale_to_peak_replicas * cfg.replica_capacity_rps * cfg.target_utilization / peak
-    filled = trace.gaps_filled()[n_train:n_end] * scale
     rep = int(trace.bin_s)
-    rate_s = np.repeat(filled, rep)
     if trace.kind == "rate_series":
+        # the whole trace's curve, so a phase shift moves training and judged days alike
+        curve = rate_curve(trace.gaps_filled() * scale, rep, s.arrival_shape, s.phase_s)
+        gap = shifted(np.repeat(np.isnan(trace.rates_rps), rep).astype(float), s.phase_s) > 0
+        rate_s = curve[n_train * rep : n_end * rep]
         arrivals = np.random.default_rng(s.seed).poisson(rate_s).astype(float)
+        train_curve = curve[: n_train * rep].reshape(n_train, rep).mean(axis=1)
+        train_gap = gap[: n_train * rep].reshape(n_train, rep).all(axis=1)
+        train = np.where(train_gap, np.nan, train_curve)
+        if s.arrival_shape == "steps" and s.phase_s == 0:
+            train = trace.rates_rps[:n_train] * scale  # the same windows, bit for bit
+        scored = ~gap[n_train * rep : n_end * rep]
     else:
-        arrivals = rate_s
-    scored = np.repeat(~np.isnan(judged), rep)
+        arrivals = np.repeat(trace.gaps_filled()[n_train:n_end] * scale, rep)
+        scored = np.repeat(~np.isnan(judged), rep)
+        train = trace.rates_rps[:n_train] * scale
     observed = np.where(scored, arrivals, np.nan)
     t0 = trace.start_s + n_train * trace.bin_s
-    train = trace.rates_rps[:n_train] * scale
     return Prepared(arrivals, observed, scored, train, t0, scale, peak * scale, rep)
 
 
@@ -161,6 +183,7 @@ def metrics(res: SimResult, prep: Prepared, slo_s: float) -> dict:
     # refused requests (429) are violations; the p99 is the admitted requests' TTFT
     w = np.where(prep.scored, prep.arrivals - res.refused, 0.0)
     ok = float(w[res.ttft_s <= slo_s].sum())
+    bad_s = judge.violating_seconds(res.ttft_s, prep.arrivals, prep.scored, res.refused, slo_s)
     order = np.argsort(res.ttft_s)
     cum = np.cumsum(w[order])
     p99 = float(res.ttft_s[order][np.searchsorted(cum, 0.99 * cum[-1])]) if cum[-1] else math.nan
@@ -171,6 +194,7 @@ def metrics(res: SimResult, prep: Prepared, slo_s: float) -> dict:
         "ttft_p99_s": p99,
         "num_scale_events": res.num_scale_events,
         "num_slo_violations": total - ok,
+        "violation_minutes": float(bad_s.sum() / 60.0),
         "num_refused": float(np.where(prep.scored, res.refused, 0.0).sum()),
         "num_requests": total,
         "num_emergencies": res.num_emergencies,
@@ -213,7 +237,8 @@ def run_replay(
         "interval_s": s.interval_s,
         "step_s": 1.0,
         "service_model": service.describe(),
-        "arrival_model": "Poisson within each window (seeded)"
+        "arrival_model": f"Poisson around the window means ({s.arrival_shape}, phase "
+        f"{s.phase_s} s, seed {s.seed})"
         if trace.kind == "rate_series"
         else "exact per-second counts",
         "ttft_slo_s": cfg.ttft_slo_s,

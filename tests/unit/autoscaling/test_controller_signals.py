@@ -157,18 +157,3 @@ def test_replica_reporter_looks_the_controller_up_sparingly_and_pushes_its_numbe
         reporter.report(ReplicaReport("cold", "r1", 3, 1, 0.5, 0.25))
     assert sent[-1] == ReplicaReport("cold", "r1", 3, 1, 0.5, 0.25)
     assert len(lookups) == 3  # found once, then the handle is reused
-
-
-def test_the_controller_actor_reads_refusals_beside_arrivals_and_skips_an_unreachable_ingress():
-    """The opt-in controller actor sees what the Serve policy sees: the ingress's 429s for
-    capacity as a rate (its emergency fires on a refused share, autoscaling/policy.py)."""
-    from autoscaling.controller import ForecastController
-    from serving.llm.autoscaling_stats import IngressStats
-
-    ctl = ForecastController.__new__(ForecastController)  # no Ray, no loop thread
-    ctl.rate, ctl.refused = RateMeter(), RateMeter()
-    assert ctl._ingress_rates(IngressStats(num_requests=100, num_refused=0), 0.0) == (None, None)
-    assert ctl._ingress_rates(IngressStats(num_requests=300, num_refused=40), 10.0) == (20.0, 4.0)
-    assert ctl._ingress_rates(None, 20.0) == (None, None)  # restarting: a missing window
-    # the next reading spans the gap: its rates are the mean over both intervals
-    assert ctl._ingress_rates(IngressStats(num_requests=700, num_refused=40), 30.0) == (20.0, 0.0)

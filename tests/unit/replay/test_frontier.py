@@ -47,14 +47,26 @@ def test_violations_at_equal_gpu_hours_are_log_interpolated():
 
 
 def test_every_policy_sweeps_one_knob_and_reactive_includes_rays_default():
-    sweeps = {s.policy: s for s in default_sweeps(ServiceModel(20.0, mean_e2e_s=10.0), False)}
+    sweeps = {s.policy: s for s in default_sweeps(ServiceModel(20.0, mean_e2e_s=10.0), "full")}
     assert set(sweeps) == {"reactive", "knative", "rule_70_30", "tideserve", "oracle",
-                           "present_rate"}  # fmt: skip
+                           "present_rate", "next_window"}  # fmt: skip
     reactive = sweeps["reactive"]
     assert reactive.knob == "target_ongoing_requests" and 2.0 in reactive.values
     assert "Ray default" in reactive.labels[2.0]
     # 200 requests in flight per replica at capacity: 85% is 170
     assert 170.0 in reactive.values and 0.7 in sweeps["rule_70_30"].values
+
+
+def test_the_per_seed_sweep_spans_the_targets_costs_with_fewer_points():
+    svc = ServiceModel(20.0, mean_e2e_s=10.0)
+    seeds = {s.policy: s for s in default_sweeps(svc, "seeds")}
+    full = {s.policy: s for s in default_sweeps(svc, "full")}
+    assert set(seeds) == set(full)
+    assert 0.995 in seeds["tideserve"].values  # the default is always swept
+    assert 2.0 not in seeds["reactive"].values  # Ray's default costs 5x: off every target
+    assert sum(len(s.values) for s in seeds.values()) < sum(len(s.values) for s in full.values())
+    with pytest.raises(ValueError, match="sweep level='most'"):
+        default_sweeps(svc, "most")
 
 
 def test_sweeps_in_parallel_give_the_same_rows_in_the_same_order():

@@ -70,3 +70,14 @@ def test_a_trace_ending_mid_window_knows_that_last_short_windows_true_rate():
 def test_no_arrivals_is_an_error_naming_them():
     with pytest.raises(ValueError, match="arrivals is empty"):
         controller(np.array([]))
+
+
+def test_the_next_window_reference_is_told_the_next_mean_a_cold_start_before_its_edge():
+    arrivals = steps(100.0, 300.0, 50.0)
+    ahead = PresentRateController(CFG, arrivals, 0.0, 600, 1.5, 10, 120.0, "next", ahead_s=130.0)
+    assert ahead.true_rate_rps(460.0) == 100.0  # 590 s: the next window is not told yet
+    assert ahead.true_rate_rps(470.0) == 300.0  # 600 s = 470 + 130: told it now
+    # a step down is not planned early: the higher of the two rates holds until the edge passes
+    assert ahead.true_rate_rps(1090.0) == 300.0 and ahead.true_rate_rps(1220.0) == 50.0
+    with pytest.raises(ValueError, match="ahead_s=-1"):
+        PresentRateController(CFG, arrivals, 0.0, 600, 1.5, 10, 120.0, ahead_s=-1.0)

@@ -1,0 +1,83 @@
+"""T1-T3 from sweeps (autoscaling/replay/targets.py), on hand-made frontiers; and the replay's
+interpolated, phase-shifted arrivals keep the trace's traffic (autoscaling/replay/runner.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autoscaling.policy import PolicyConfig
+from autoscaling.replay.frontier import gpu_hours_to_reach
+from autoscaling.replay.runner import ReplaySettings, prepare
+from autoscaling.replay.targets import across_seeds, seed_targets
+from autoscaling.replay.traces import RateTrace
+
+
+def row(value, gpu_hours, slo, minutes):
+    return {"value": value, "gpu_hours": gpu_hours, "slo_attainment": slo,
+            "violation_minutes": sum(minutes),
+            "per_day": {"violation_minutes": minutes}}  # fmt: skip
+
+
+def sweeps(ts_minutes=(1.0, 1.0, 1.0)):
+    return {
+        "tideserve": [row(0.99, 105.0, 0.990, [5, 5, 5]), row(0.995, 110.0, 0.996, ts_minutes)],
+        "reactive": [row(0.8, 100.0, 0.98, [20, 22, 18]), row(0.7, 140.0, 0.997, [4, 3, 5])],
+        "knative": [row(0.8, 100.0, 0.99, [9, 8, 10]), row(0.7, 130.0, 0.996, [2, 2, 2])],
+        "oracle": [row(0.0, 100.0, 1.0, [0, 0, 0])],
+    }
+
+
+def test_one_seeds_targets():
+    t = seed_targets(sweeps(), 0.995, gpu_hours_to_reach)
+    assert t["t1"]  # 99.6% at 1.10x the oracle
+    # to 99.5%, between the sweep points: tideserve 109.2, knative 125, reactive 135.3
+    reach = 105 + 5 * 5 / 6
+    assert t["gpu_hours_to_99_5_over_oracle"]["tideserve"] == pytest.approx(reach / 100)
+    assert t["t2"] and t["t3b"]  # 109.2 <= 0.9 x 125
+    assert t["t3b_saving_over_best_baseline"] == pytest.approx(1 - reach / 125)
+    # reactive at 110 GPU-h, a quarter of the way from 100 to 140: 16 + 17.25 + 14.75
+    assert t["violation_minutes_at_tideserve_gpu_hours"]["reactive"] == pytest.approx(48.0)
+
+
+def test_t1_fails_on_cost_and_t3b_on_a_small_saving():
+    s = sweeps()
+    s["tideserve"][1]["gpu_hours"] = 120.0  # 1.2x the oracle
+    s["knative"][1]["gpu_hours"] = 112.0  # reaches 99.5% at about 110
+    t = seed_targets(s, 0.995, gpu_hours_to_reach)
+    assert not t["t1"] and not t["t2"] and not t["t3b"]
+
+
+def test_t3a_needs_the_per_day_interval_above_zero_against_every_baseline():
+    seeds = [sweeps(), sweeps()]
+    per = [seed_targets(s, 0.995, gpu_hours_to_reach) for s in seeds]
+    got = across_seeds(seeds, 0.995, per)
+    assert got["t3a_per_day_difference"]["reactive"]["interval_above_zero"]
+    assert got["targets"]["t3a_every_baseline"] and got["targets"]["t1_every_seed"]
+    # one day where tideserve is worse than knative: the interval straddles 0
+    worse = [sweeps((1.0, 30.0, 1.0)), sweeps((1.0, 30.0, 1.0))]
+    per = [seed_targets(s, 0.995, gpu_hours_to_reach) for s in worse]
+    got = across_seeds(worse, 0.995, per)
+    assert not got["t3a_per_day_difference"]["knative"]["interval_above_zero"]
+    assert not got["targets"]["t3a_every_baseline"]
+
+
+def test_interpolated_phase_shifted_arrivals_keep_the_traces_traffic():
+    hours = np.arange(3 * 144) / 6.0
+    means = 100.0 + 40.0 * np.sin(hours / 4)
+    trace = RateTrace("three-days", "rate_series", 600.0, 0.0, means)
+    cfg = PolicyConfig(replica_capacity_rps=20.0)
+    base = ReplaySettings(train_days=1.0)
+    held = prepare(trace, cfg, base)
+    smooth = prepare(trace, cfg, ReplaySettings(train_days=1.0, arrival_shape="interpolated"))
+    later = prepare(
+        trace, cfg, ReplaySettings(train_days=1.0, arrival_shape="interpolated", phase_s=137)
+    )
+    # the same traffic, to Poisson noise (2 days x ~100 rps)
+    assert smooth.arrivals.sum() == pytest.approx(held.arrivals.sum(), rel=2e-3)
+    assert later.arrivals.sum() == pytest.approx(held.arrivals.sum(), rel=2e-3)
+    assert held.train_rates.tolist() == means[:144].tolist()  # steps: the trace's windows
+    assert smooth.train_rates == pytest.approx(means[:144], rel=1e-9)
+    assert not np.allclose(later.train_rates, means[:144])  # shifted: the windows moved
+    with pytest.raises(ValueError, match="arrival_shape='spline'"):
+        ReplaySettings(arrival_shape="spline")
