@@ -30,7 +30,7 @@ proxy, ...), the where-does-CPU-go reading of the HTTP path, and cpu_ms_per_outp
 same per token counted. start_to_ready_s: the server's start until it answers /v1/models (warm
 caches: the model's safetensors, vLLM's compile cache); replica_ready_s: each replica's own
 constructor (load + self-check). idle_background: the cores the
-cluster burns with no traffic (15 s, before the run); http_vs_engine_ceiling = (cores - that) /
+cluster burns with no traffic (10 s, before the run); http_vs_engine_ceiling = (cores - that) /
 cores, the most HTTP/engine can reach when the engine alone keeps every core busy.
 hot_replica_busiest_thread: the torch thread's time on a CPU and waiting for one (schedstat).
 """
@@ -57,7 +57,7 @@ from benchmarks import _peers as pe
 from benchmarks._peers import cli, start_process, stop_process, wait_ready
 
 PEER_PORT, SERVE_PORT, VLLM_PORT = 18801, 18800, 18802
-SETTLE_S, IDLE_S = 10.0, 15.0  # after ready: settle, then read the idle background
+SETTLE_S, IDLE_S = 8.0, 10.0  # after ready: settle, then read the idle background
 TARGETS = {
     "tokens_per_s_vs_vllm": 1.0,
     "engine_tokens_per_s_vs_vllm": 1.0,
@@ -359,27 +359,32 @@ def main() -> None:
     prompts, skip = chat_prompts(args.num_requests), set(args.skip.split(","))
     results: dict[str, c.RunResult] = {}
     dtype = args.peer_dtype
+
+    def done(name: str, res: c.RunResult) -> None:
+        """Keep each system's result as it lands: a run cut short still leaves what it measured."""
+        results[name] = res
+        if args.json:
+            c.write_json(args.json, build_report(args, dtype, results))
+
     with tempfile.TemporaryDirectory(prefix="peer_http_") as tmp:
         if "engine" not in skip:
-            results["engine"], auto = run_engine(model_dir, cfg, prompts, args, tokenizer)
+            res, auto = run_engine(model_dir, cfg, prompts, args, tokenizer)
             dtype = auto if dtype == "auto" else dtype
+            done("engine", res)
         if dtype == "auto":
             raise SystemExit("--peer-dtype auto needs the engine run (it reads our auto dtype)")
-        if "transformers" not in skip:
-            peer = run_peer(model_dir, dtype, prompts, args, tokenizer, Path(tmp))
-            results["transformers"] = peer
         if "vllm" not in skip:
-            results["vllm"] = run_vllm(model_dir, dtype, prompts, args, tokenizer, Path(tmp))
+            done("vllm", run_vllm(model_dir, dtype, prompts, args, tokenizer, Path(tmp)))
         if "tideserve" not in skip:
-            results["tideserve"] = run_tideserve(cfg, prompts, args, tokenizer, Path(tmp))
+            done("tideserve", run_tideserve(cfg, prompts, args, tokenizer, Path(tmp)))
         for threads in filter(None, args.layouts.split(",")):
             name = f"tideserve_threads{threads}"
-            results[name] = run_tideserve(cfg, prompts, args, tokenizer, Path(tmp), name, threads)
+            done(name, run_tideserve(cfg, prompts, args, tokenizer, Path(tmp), name, threads))
+        if "transformers" not in skip:
+            done("transformers", run_peer(model_dir, dtype, prompts, args, tokenizer, Path(tmp)))
     report = build_report(args, dtype, results)
     print(c.format_table(list(report["systems"].values())))
     print(json.dumps({k: report[k] for k in ("ratios", "targets_met")}, indent=1))
-    if args.json:
-        c.write_json(args.json, report)
 
 
 if __name__ == "__main__":
