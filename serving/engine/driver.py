@@ -1,8 +1,8 @@
 """The async loop around an engine: steps run in one worker thread, deltas go to per-request queues.
 
-The event loop never blocks on a forward: it awaits `engine.step` in a single-thread executor, then
-dispatches that step's tokens. Reading sequences after the await is safe because the next step
-starts only when dispatch is done.
+The event loop never blocks on a forward: the torch thread runs steps back to back while there is
+work (`_steps`) and hands each step's deltas, built there, to the loop with call_soon_threadsafe;
+the loop only wakes it when work arrives after an idle spell.
 """
 
 from __future__ import annotations
@@ -41,10 +41,15 @@ class _Stream:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     ended: asyncio.Event = field(default_factory=asyncio.Event)  # the last delta or an error is in
     num_emitted: int = 0
+    num_puts: int = 0
 
     def put(self, item: StreamDelta | BaseException) -> None:
         last = self.pending[-1] if self.pending else None
-        if isinstance(item, StreamDelta) and isinstance(last, StreamDelta):
+        # The first delta stays alone (TTFT): the torch thread may deliver the next step's
+        # before the consumer took it.
+        first = self.num_puts == 1 and len(self.pending) == 1
+        self.num_puts += 1
+        if isinstance(item, StreamDelta) and isinstance(last, StreamDelta) and not first:
             self.pending[-1] = _merge(last, item)
         else:
             self.pending.append(item)
@@ -77,6 +82,12 @@ def _with_text(st: _Stream, item: StreamDelta) -> StreamDelta:
     # The engine thread may have appended tokens since this delta: decode up to its own count.
     ids = st.seq.output_token_ids[: item.num_output_tokens]
     return dataclasses.replace(item, text=st.detok.step(ids, item.finished))
+
+
+def _deliver(items: list[tuple[_Stream, object]]) -> None:
+    """On the event loop: one step's deltas into their streams."""
+    for st, item in items:
+        st.put(item)
 
 
 def _timed(engine: LLMEngine) -> tuple[list[Sequence], float, float]:
@@ -125,27 +136,16 @@ class AsyncDriver:
 
     async def _run(self) -> None:
         engine, loop = self.engine, asyncio.get_running_loop()
-        ended_s = None  # when the last step ended, while the engine stays busy
         try:
             while True:
                 if not engine.has_unfinished():
-                    ended_s = None
                     self._wake.clear()
                     if not engine.has_unfinished():  # re-check: a request may have just arrived
                         await self._wake.wait()
                     continue
                 wakes = self._num_wakes
-                touched, started_s, end_s = await loop.run_in_executor(
-                    self._executor, _timed, engine
-                )
-                if ended_s is not None:
-                    # Time between two busy steps (the hand-offs to and from the event loop and
-                    # its other work meanwhile): step_s misses it, a TTFT prediction must not.
-                    engine.loop_gaps_s.append(started_s - ended_s)
-                ended_s = end_s
-                self._dispatch(touched)
-                if self._pacer.rest_s > 0 and await self._rest(self._pacer.rest_s, wakes):
-                    ended_s = None  # an idle gap by choice, not the loop's hand-off cost
+                if await loop.run_in_executor(self._executor, self._steps, loop):
+                    await self._rest(self._pacer.rest_s, wakes)
         except asyncio.CancelledError:
             raise
         except BaseException as err:  # a dead loop must fail every waiter, never hang them
@@ -182,15 +182,37 @@ class AsyncDriver:
             logprobs=logprobs,
         )
 
-    def _dispatch(self, touched: list[Sequence]) -> None:
+    def _steps(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """On the torch thread: steps back to back while there is work, each step's deltas
+        handed to the event loop without waiting for it. The model's cores never idle while
+        the loop (on the reserved core, beside the front door) gets round to dispatching: the
+        hand-off cost of awaiting every step was the HTTP path's largest loss with a pinned
+        model thread. Deltas are built here, where the sequences change, so the next step
+        cannot race them. Returns whether the offline pacer asks for a rest."""
+        engine, ended_s = self.engine, None  # gaps between back-to-back steps: the hand-off
+        while engine.has_unfinished():
+            touched, started_s, end_s = _timed(engine)
+            if ended_s is not None:
+                engine.loop_gaps_s.append(started_s - ended_s)
+            ended_s = end_s
+            items = self._deltas(touched)
+            if items:
+                loop.call_soon_threadsafe(_deliver, items)
+            if self._pacer.rest_s > 0:
+                return True
+        return False
+
+    def _deltas(self, touched: list[Sequence]) -> list[tuple[_Stream, object]]:
+        out: list[tuple[_Stream, object]] = []
         for seq in touched:
             st = self._streams.get(seq.request_id)
             if st is None:
                 continue
             if seq.status is SeqStatus.FINISHED_TIMEOUT:
-                st.put(RequestTimeoutError(seq.error))
+                out.append((st, RequestTimeoutError(seq.error)))
             else:
-                st.put(self._delta(st))
+                out.append((st, self._delta(st)))
+        return out
 
     async def stream(self, prompt, params, tier, request_id, timeout_s, interval_s=0.0):
         """Deltas of one request. With interval_s > 0, after the first delta (which leaves at
@@ -198,9 +220,17 @@ class AsyncDriver:
         message downstream (a Ray streaming hop, SSE framing) carries several tokens."""
         self._ensure_started()
         seq = self.engine.make_sequence(prompt, params, tier, request_id, timeout_s)
-        self.engine.submit(seq)  # raises on a duplicate id before any stream state exists
+        if seq.request_id in self._streams:  # live: submit raises the duplicate-id error
+            self.engine.submit(seq)
         st = _Stream(seq, IncrementalDetokenizer(self.engine.decode))
+        # Registered before the submit: the torch thread steps on its own and may run this
+        # sequence's first step before the next line here would.
         self._streams[seq.request_id] = st
+        try:
+            self.engine.submit(seq)
+        except BaseException:
+            self._streams.pop(seq.request_id, None)
+            raise
         try:
             sent_s = None
             while True:

@@ -16,9 +16,12 @@ every engine of the process, one step at a time, as the engine is not thread-saf
 
 from __future__ import annotations
 
+import math
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -48,3 +51,67 @@ def call(fn: Callable[..., T], *args, **kwargs) -> T:
     if on_torch_thread():
         return fn(*args, **kwargs)
     return executor().submit(fn, *args, **kwargs).result()
+
+
+# ----- the replica's core layout (DESIGN.md decision 10, docs/engine.md#cores) -----------------
+AUTO = "auto"
+# Cores an `auto` layout leaves to the front door (HTTP proxy, ingress), Ray's own processes and
+# the replica's event loop when the replica holds its node: what vLLM's CPU build reserves
+# (reserve_cpu_num=1). An OpenMP team that shares its cores with busy processes waits at every
+# barrier for the descheduled member, so a core kept free costs less than it seems.
+RESERVED_CORES = 1
+
+
+@dataclass(frozen=True, slots=True)
+class CoreLayout:
+    """How many torch threads a replica runs and, when it holds its node, on which cores."""
+
+    threads: int
+    model_cores: tuple[int, ...] | None = None  # None: not pinned (the OS places the threads)
+    other_cores: tuple[int, ...] | None = None  # the process's other threads (event loop, Ray)
+
+    @property
+    def pinned(self) -> bool:
+        return self.model_cores is not None
+
+
+def core_layout(torch_threads: int | str, num_cpus: float, node_cores: Sequence[int]) -> CoreLayout:
+    """The layout of one replica on a node whose usable cores are `node_cores`.
+
+    An integer is taken as it is, unpinned (the layout before `auto`). `auto`: where the replica
+    reserves the whole node from Ray (num_cpus >= its cores) no other replica can share them, so
+    the model gets all but RESERVED_CORES of them, pinned, and the rest of the process goes to the
+    reserved ones. Where Ray may place other replicas beside it, Ray does not say which cores are
+    whose, so pinning could stack two replicas on one core: floor(num_cpus) threads (>= 1),
+    unpinned."""
+    if torch_threads != AUTO:
+        return CoreLayout(threads=int(torch_threads))
+    cores = tuple(sorted(node_cores))
+    if len(cores) < 2 or num_cpus < len(cores):
+        return CoreLayout(threads=max(1, min(len(cores), math.floor(num_cpus))))
+    n = len(cores) - RESERVED_CORES
+    return CoreLayout(threads=n, model_cores=cores[:n], other_cores=cores[n:])
+
+
+def node_cores() -> tuple[int, ...]:
+    """The cores this process may run on (its cgroup's cpuset, not the host's count)."""
+    return tuple(sorted(os.sched_getaffinity(0)))
+
+
+def apply_layout(layout: CoreLayout) -> None:
+    """Set the torch threads and, for a pinned layout, bind the torch thread (and so the OpenMP
+    team it starts, which inherits its mask) to the model cores and every other thread of the
+    process to the rest; threads started later by those inherit their masks too."""
+    import torch
+
+    torch.set_num_threads(layout.threads)  # this thread, and the default for new ones
+    call(torch.set_num_threads, layout.threads)  # the torch thread may have read it already
+    if not layout.pinned:
+        return
+    model_tid = call(threading.get_native_id)
+    for tid in (int(t) for t in os.listdir("/proc/self/task")):
+        cores = layout.model_cores if tid == model_tid else layout.other_cores
+        try:
+            os.sched_setaffinity(tid, cores)
+        except (ProcessLookupError, PermissionError):  # a thread that exited meanwhile
+            continue

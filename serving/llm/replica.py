@@ -14,7 +14,7 @@ import time
 from collections.abc import AsyncIterator
 
 from serving.config import AppConfig
-from serving.engine import LLMEngine, RequestTimeoutError, SamplingParams
+from serving.engine import LLMEngine, RequestTimeoutError, SamplingParams, torch_thread
 from serving.engine.load import load_snapshot
 from serving.llm.admission import AdmissionLimits, admit, max_in_replica, ttft_budget_s
 from serving.llm.autoscaling_stats import ReplicaStats
@@ -40,15 +40,18 @@ FAIL_SELF_CHECK_ENV = "TIDESERVE_FAIL_SELF_CHECK"
 
 class ModelReplica:
     def __init__(self, config: dict, pool: str) -> None:
-        import torch
-
         from serving.llm.metrics import ReplicaMetrics
         from serving.llm.monitor import ReplicaMonitor
         from serving.model_source import resolve_model_dir, served_name_for
 
         self.config = AppConfig.from_args(config)
         self.pool = pool
-        torch.set_num_threads(self.config.replica.torch_threads)
+        rep = self.config.replica
+        # Decision 10: threads from the node's cores, pinned where the replica holds the node.
+        self.core_layout = torch_thread.core_layout(
+            rep.torch_threads, rep.num_cpus, torch_thread.node_cores()
+        )
+        torch_thread.apply_layout(self.core_layout)
         if self.config.replica.num_gpus == 0 and self.config.replica.cpu_nice_increment:
             # The front door runs first; before loading, so that a replica starting beside a
             # serving one does not take the CPU from it either.
@@ -66,7 +69,9 @@ class ModelReplica:
         # The step window doctor reads, the concurrency tuner, NVML samples (llm/monitor.py).
         self.monitor = ReplicaMonitor(self.engine, self.config, self.metrics, time.monotonic())
         self.reporter = _controller_reporter(pool)
-        log.info("%s replica ready in %.1f s (model %s)", pool, self.warmup_s, path)
+        log.info(
+            "%s replica ready in %.1f s (model %s, %s)", pool, self.warmup_s, path, self.core_layout
+        )
 
     def self_check(self) -> None:
         """Generate a few tokens end to end; a replica that cannot is never marked ready."""

@@ -55,9 +55,8 @@ def test_shipped_cluster_yaml_loads_with_the_documented_values():
     assert cfg.model == ModelSection(source="embedded")
     assert cfg.pools.hot == HotPool(num_replicas=1, resources={})
     assert cfg.pools.cold == ColdPool(min_replicas=0, max_replicas=2, initial_replicas=0)
-    assert cfg.replica == ReplicaSection(num_cpus=2, torch_threads=2, stream_interval_s=0.1)
-    # Ray reserves a CPU replica's threads: replicas x threads never exceed the cores.
-    assert cfg.replica.num_cpus == cfg.replica.torch_threads
+    # The hot replica holds the 2-core example node; `auto` lays out its threads (decision 10).
+    assert cfg.replica == ReplicaSection(num_cpus=2, torch_threads="auto", stream_interval_s=0.1)
     assert cfg.server.api_key_env is None
     assert dict(cfg.tiers) == dict(DEFAULT_TIERS)
     # on by default: the forecast-driven cold pool under Serve's autoscaling policy
@@ -379,3 +378,12 @@ def test_direct_construction_validates_too():
 def test_embedded_source_matches_the_model_resolver():
     models = pytest.importorskip("serving.model_source")
     assert ModelSection().source == models.EMBEDDED
+
+
+def test_replica_torch_threads_is_auto_by_default_or_a_positive_integer():
+    assert ReplicaSection().torch_threads == "auto"
+    assert AppConfig.from_args({"replica": {"torch_threads": 3}}).replica.torch_threads == 3
+    with pytest.raises(ValueError, match=r"replica\.torch_threads='many': expected 'auto' or"):
+        AppConfig.from_args({"replica": {"torch_threads": "many"}})
+    with pytest.raises(ValueError, match=r"replica\.torch_threads=0 is out of range"):
+        AppConfig.from_args({"replica": {"torch_threads": 0}})

@@ -45,3 +45,30 @@ def test_engine_builds_and_steps_on_the_torch_thread_sync_and_async(monkeypatch)
 
     assert asyncio.run(streamed()) == out.token_ids
     assert threads == {torch_thread.call(threading.get_ident)}
+
+
+# ----- core layout (decision 10) ------------------------------------------------------------
+def test_auto_on_a_node_the_replica_holds_pins_the_model_and_leaves_one_core():
+    two = torch_thread.core_layout("auto", num_cpus=2, node_cores=[0, 1])
+    assert two == torch_thread.CoreLayout(threads=1, model_cores=(0,), other_cores=(1,))
+    eight = torch_thread.core_layout("auto", num_cpus=8, node_cores=range(8))
+    assert eight.threads == 7 and eight.model_cores == tuple(range(7))
+    assert eight.other_cores == (7,) and eight.pinned
+
+
+def test_auto_beside_other_replicas_takes_its_ray_cpus_unpinned():
+    # Ray may place another replica on the same node and does not say which cores are whose
+    shared = torch_thread.core_layout("auto", num_cpus=3.5, node_cores=range(8))
+    assert shared == torch_thread.CoreLayout(threads=3) and not shared.pinned
+    assert torch_thread.core_layout("auto", num_cpus=0, node_cores=range(8)).threads == 1
+    assert torch_thread.core_layout("auto", num_cpus=1, node_cores=[0]).threads == 1
+
+
+def test_a_number_of_threads_is_taken_as_given_unpinned():
+    assert torch_thread.core_layout(2, num_cpus=2, node_cores=[0, 1]) == torch_thread.CoreLayout(2)
+
+
+def test_node_cores_are_this_process_allowed_cores():
+    import os
+
+    assert set(torch_thread.node_cores()) == os.sched_getaffinity(0)
