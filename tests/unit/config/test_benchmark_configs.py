@@ -22,7 +22,7 @@ def test_the_2x1_variant_changes_only_the_hot_pool_size_and_the_replica_threads(
         pools=dataclasses.replace(
             variant.pools, hot=dataclasses.replace(variant.pools.hot, num_replicas=1)
         ),
-        replica=dataclasses.replace(variant.replica, num_cpus=2.0, torch_threads="auto"),
+        replica=dataclasses.replace(variant.replica, num_cpus=2.0, torch_threads=2),
     )
     assert undone == base
 
