@@ -44,7 +44,7 @@ def app_config(model_dir: Path, store: Path, capacity_rps: float, slot_share: fl
         model_dir,
         pools={"cold": {"initial_replicas": 0}},
         engine={"max_num_seqs": MAX_NUM_SEQS},
-        batch={"store_path": str(store), "poll_interval_s": 0.25, "slot_share": slot_share},
+        batch_api={"store_path": str(store), "poll_interval_s": 0.25, "slot_share": slot_share},
         controller={"enabled": False, "replica_capacity_rps": capacity_rps},
     )
 
@@ -187,7 +187,7 @@ def _parser() -> argparse.ArgumentParser:
         default=8.0,
         help="controller.replica_capacity_rps the lane plans live load against",
     )
-    parser.add_argument("--slot-share", type=float, default=0.25, help="batch.slot_share")
+    parser.add_argument("--slot-share", type=float, default=0.25, help="batch_api.slot_share")
     parser.add_argument(
         "--repeats", type=int, default=None, help="batch days, alternating with baseline (2; 1)"
     )

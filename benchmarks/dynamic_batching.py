@@ -44,8 +44,8 @@ from benchmarks._common import (
     percentile,
     write_json,
 )
+from serving.config.dynamic_batching import DynamicBatchingSection
 from serving.embed.batch_loop import BatchLoop, QueueFullError
-from serving.embed.batching import BatchingConfig
 from serving.embed.model import EmbeddingModel
 from serving.model_source import resolve_model_dir
 
@@ -91,7 +91,7 @@ class Systems:
         if name == "serve_batch":
             return _serve_batch(self.run)
         tuned = name == "tideserve_tuned"
-        cfg = BatchingConfig(
+        cfg = DynamicBatchingSection(
             max_batch_size=16,
             window_s=0.02,
             bucket_edges_tokens=BUCKETS,

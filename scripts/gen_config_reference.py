@@ -3,8 +3,8 @@
     python scripts/gen_config_reference.py            # (re)write docs/configuration.md
     python scripts/gen_config_reference.py --check    # exit 1 if the committed file is stale
 
-Every key comes from the dataclasses behind `AppConfig` (serving/config/, EngineConfig,
-BatchingConfig), walked from AppConfig's fields, so a new field appears by itself. For each key:
+Every key comes from the dataclasses behind `AppConfig` (serving/config/ and EngineConfig),
+walked from AppConfig's fields, so a new field appears by itself. For each key:
 - type and default: the field's annotation and default;
 - allowed: recorded from the class's own validation. `__post_init__` is re-run with
   `check_range` / `check_choice` / `check_order` replaced by recorders, so the ranges shown are
@@ -304,11 +304,16 @@ ValueError: engine.max_num_seqz=32 is not a known key; allowed keys: [...];
 did you mean 'max_num_seqs'?
 ```
 
-Leave a key out to keep its default. An LLM app (`model.task: generate`) refuses `batching`; an
-embedding app (`model.task: embed`) refuses `engine`, `tiers`, `controller`, `batch` and
-`pools.cold`.
+Leave a key out to keep its default. An LLM app (`model.task: generate`) refuses
+`dynamic_batching`; an embedding app (`model.task: embed`) refuses `engine`, `tiers`,
+`controller`, `batch_api` and `pools.cold`.
 Hot and cold replicas are built from the same `model`, `engine`, `replica`, `tiers`, `server` and
-`batching` values (decision 3 in [design.md](design.md)), and the ingress checks their fingerprint.
+`dynamic_batching` values (decision 3 in [design.md](design.md)), and the ingress checks their
+fingerprint.
+
+Two keys were renamed so that no two features share a name; the old key is an error that names
+the new one: `batch:` is now `batch_api:` (OpenAI's Batch API, /v1/files and /v1/batches) and
+`batching:` is now `dynamic_batching:` (how an embedding replica groups requests into one pass).
 
 Allowed values: `[a, b]` includes both ends, `(a, b]` excludes `a`; a field name as a bound means
 the bound is that field's value; `x ≤ y` means the named fields must ascend.

@@ -133,9 +133,11 @@ def _build_embed_app(cfg: AppConfig, envs: RuntimeEnvs):
 
     hot = cfg.pools.hot
     options = _deployment_options(cfg, "embed", hot.num_replicas, hot.resources)
-    # The batch loop bounds its own queue (batching.max_queue -> 429); Serve must let enough
+    # The batch loop bounds its own queue (dynamic_batching.max_queue -> 429); Serve must let enough
     # requests through for batches to form at all (its default of 5 would cap a batch at 5).
-    options["max_ongoing_requests"] = max(cfg.replica.max_ongoing_requests, cfg.batching.max_queue)
+    options["max_ongoing_requests"] = max(
+        cfg.replica.max_ongoing_requests, cfg.dynamic_batching.max_queue
+    )
     return serve.deployment(EmbedReplica).options(**_with_env(options, envs)).bind(cfg.to_dict())
 
 
@@ -143,7 +145,7 @@ def build_graph(cfg: AppConfig, envs: RuntimeEnvs | None = None):
     """The deployment graph of a validated config; `envs` adds environment variables per
     deployment (hot, cold, ingress, embed)."""
     from serving.llm.replica import ModelReplica
-    from serving.llm.routes import HttpIngress
+    from serving.routes.ingress import HttpIngress
 
     envs = envs or {}
     if cfg.model.task == "embed":  # a single-pass model: one batching deployment, no pools
@@ -162,8 +164,9 @@ def build_graph(cfg: AppConfig, envs: RuntimeEnvs | None = None):
 
         ensure_controller(cfg)
     ingress = serve.deployment(HttpIngress).options(**_with_env(ingress_options, envs))
-    # The offline lane reads the batch section and the replica capacity the controller plans with.
-    lane = {"batch": cfg.to_dict()["batch"], "controller": {"enabled": False}}
+    # The offline lane reads the batch_api section and the replica capacity the controller plans
+    # with.
+    lane = {"batch_api": cfg.to_dict()["batch_api"], "controller": {"enabled": False}}
     lane["controller"]["replica_capacity_rps"] = cfg.controller.replica_capacity_rps
     # The policy checks that its copy of the config (policy_kwargs) is the one built here.
     return ingress.bind(shared, hot, cold, lane, config_crc(cfg.to_dict()))

@@ -38,7 +38,7 @@ class OfflineLoad:
     _owner = "OfflineLoad"
 
     requests_per_day: float  # offline requests submitted at each day's start
-    slot_share: float = 0.5  # batch.slot_share: the share of idle capacity the lane may fill
+    slot_share: float = 0.5  # batch_api.slot_share: the share of idle capacity the lane may fill
     max_cold_replicas: int = 0  # extra replicas a short day may start off-peak; 0: never
 
     def __post_init__(self) -> None:

@@ -34,14 +34,15 @@ class BatchLine:
 
 
 def window_seconds(window: object, max_window_s: float) -> float:
-    """'24h' (OpenAI's value) or any '<n>s'/'<n>m'/'<n>h' up to batch.max_completion_window_s."""
+    """'24h' (OpenAI's value) or any '<n>s'/'<n>m'/'<n>h' up to
+    batch_api.max_completion_window_s."""
     match = _WINDOW.match(window) if isinstance(window, str) else None
     seconds = int(match[1]) * _UNIT_S[match[2]] if match else None
     if seconds is None or seconds > max_window_s:
         raise ApiError(
             400,
             f"completion_window={window!r} is not allowed; allowed: '24h' or '<n>s'/'<n>m'/'<n>h' "
-            f"up to {max_window_s:g} s (batch.max_completion_window_s)",
+            f"up to {max_window_s:g} s (batch_api.max_completion_window_s)",
             param="completion_window",
         )
     return float(seconds)
@@ -120,7 +121,7 @@ def parse_input(data: bytes, endpoint: str, max_lines: int) -> tuple[list[BatchL
     if not raw_lines:
         return [], [_line_error(0, "the input file has no request lines") | {"line": None}]
     if len(raw_lines) > max_lines:
-        message = f"{len(raw_lines)} lines; at most {max_lines} (batch.max_requests_per_batch)"
+        message = f"{len(raw_lines)} lines; at most {max_lines} (batch_api.max_requests_per_batch)"
         return [], [_line_error(max_lines, message) | {"code": "too_many_requests"}]
     lines, errors, seen = [], [], set()
     for index, raw in enumerate(raw_lines):

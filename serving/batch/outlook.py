@@ -12,14 +12,14 @@ Every PLAN_EVERY_S, `plan_lane` (pure, time passed in) projects the forecast's b
 
 * the open batches, earliest deadline first, each with the remaining tokens of itself and every
   batch due before it, ask `scheduler.plan_cold_start`; the lane's ask of the cold pool is the
-  largest advice, capped at `batch.max_cold_replicas`, and 0 whenever the live rate observed now
+  largest advice, capped at `batch_api.max_cold_replicas`, and 0 whenever the live rate observed now
   is peak (above `offpeak_fraction` of the forecast's peak over the next day): at peak the cold
   pool is live traffic's, whatever the forecast says of the hours to come;
 * each batch's completion estimate is `scheduler.estimate_completion` over the same bins, with
   the hot replicas plus the cold replicas asked for.
 
 Batch throughput is measured, not configured: tokens answered per replica-second the lane held
-(its idle-capacity accounting, persisted per batch), times `batch.slot_share`. Until a batch
+(its idle-capacity accounting, persisted per batch), times `batch_api.slot_share`. Until a batch
 has answered a line there is no measure: no ask, no estimate.
 """
 

@@ -18,10 +18,10 @@ from collections.abc import Awaitable, Callable
 
 from serving.api.errors import ApiError
 from serving.batch import jobs
-from serving.batch.config import BatchSection
 from serving.batch.job import Job
 from serving.batch.scheduler import LaneDecision, LaneView, decide_lane
 from serving.batch.store import BatchStore, new_batch_id, new_file_id
+from serving.config.batch_api import BatchApiSection
 
 log = logging.getLogger("ray.serve")
 Execute = Callable[[str, dict], Awaitable[dict]]  # (url, body) -> response body; ApiError on 4xx
@@ -34,7 +34,7 @@ class BatchRunner:
     def __init__(
         self,
         store: BatchStore,
-        cfg: BatchSection,
+        cfg: BatchApiSection,
         execute: Execute,
         observe: Observe,
         endpoints: tuple[str, ...],

@@ -1,6 +1,6 @@
 """The on-disk store of the offline lane: uploaded files, batch records, per-line result journals.
 
-Layout under `batch.store_path` (docs/batch.md, "On-disk format"):
+Layout under `batch_api.store_path` (docs/batch.md, "On-disk format"):
 
     files/<file_id>.json            the FileObject (OpenAI's fields)
     files/<file_id>.data            the file's bytes, as uploaded or as written at finalization

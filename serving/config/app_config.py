@@ -20,7 +20,8 @@ from typing import Any
 import yaml
 
 from common.validate import check_keys
-from serving.batch.config import BatchSection
+from serving.config.batch_api import BatchApiSection
+from serving.config.dynamic_batching import DynamicBatchingSection
 from serving.config.sections import (
     DEFAULT_TIERS,
     TIER_NAMES,
@@ -34,14 +35,19 @@ from serving.config.sections import (
     ServerSection,
     TierConfig,
 )
-from serving.embed.batching import BatchingConfig
 from serving.engine.config import EngineConfig
 
 DEFAULT_APP_NAME = "tideserve"
 # The sections whose values every model replica must share: R9, cold replicas run the same
 # configuration as hot ones, so both groups are built from one object and carry its fingerprint.
 # Tiers and server count too: a replica admits or refuses by them (serving/llm/admission.py).
-REPLICA_SECTIONS = ("model", "engine", "replica", "tiers", "server", "batching")
+REPLICA_SECTIONS = ("model", "engine", "replica", "tiers", "server", "dynamic_batching")
+# Keys renamed so that no two features share a name: an old key is an error naming the new one,
+# never silently dropped (a `batch:` section meant for the Batch API would otherwise vanish).
+RENAMED_KEYS = {
+    "batch": "batch_api (the Batch API: /v1/files and /v1/batches)",
+    "batching": "dynamic_batching (the embedding replicas' request batcher)",
+}
 
 __all__ = [
     "DEFAULT_APP_NAME",
@@ -71,9 +77,10 @@ class AppConfig:
     server: ServerSection = field(default_factory=ServerSection)
     controller: ControllerSection = field(default_factory=ControllerSection)
     # Dynamic batching of an embedding app (model.task: embed); None for generate apps.
-    batching: BatchingConfig | None = None
-    # The offline lane: /v1/files and /v1/batches (serving/batch/); read by the ingress only.
-    batch: BatchSection = field(default_factory=BatchSection)
+    dynamic_batching: DynamicBatchingSection | None = None
+    # The Batch API: /v1/files and /v1/batches, run by the offline lane (serving/batch/); read
+    # by the ingress only.
+    batch_api: BatchApiSection = field(default_factory=BatchApiSection)
 
     def __post_init__(self) -> None:
         if not isinstance(self.tiers, Mapping) or tuple(sorted(self.tiers)) != tuple(
@@ -87,6 +94,7 @@ class AppConfig:
     def from_args(cls, args: Mapping[str, Any] | None) -> AppConfig:
         """Validate the application `args` (None or {}: all defaults)."""
         data = _mapping("args", args)
+        _refuse_renamed(data)
         check_keys("", data, [f.name for f in fields(cls)])
         model = _build(ModelSection, "model", data.get("model"))
         if model.task == "embed":
@@ -99,8 +107,8 @@ class AppConfig:
             replica=_build(ReplicaSection, "replica", data.get("replica")),
             server=_build(ServerSection, "server", data.get("server")),
             controller=_build_controller(data.get("controller")),
-            batching=_build_batching(model.task, data.get("batching")),
-            batch=_build(BatchSection, "batch", data.get("batch")),
+            dynamic_batching=_build_dynamic_batching(model.task, data.get("dynamic_batching")),
+            batch_api=_build(BatchApiSection, "batch_api", data.get("batch_api")),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -213,9 +221,9 @@ def _build_pools(value: Any) -> PoolsConfig:
     )
 
 
-# Sections only an LLM app reads: an embed app refuses them, as an LLM app refuses `batching`,
-# so a config written for one kind of app never half-applies to the other.
-_LLM_ONLY_SECTIONS = ("engine", "tiers", "controller", "batch")
+# Sections only an LLM app reads: an embed app refuses them, as an LLM app refuses
+# `dynamic_batching`, so a config written for one kind of app never half-applies to the other.
+_LLM_ONLY_SECTIONS = ("engine", "tiers", "controller", "batch_api")
 
 
 def _refuse_llm_sections(data: Mapping[str, Any]) -> None:
@@ -233,12 +241,18 @@ def _refuse_llm_sections(data: Mapping[str, Any]) -> None:
         )
 
 
-def _build_batching(task: str, value: Any) -> BatchingConfig | None:
+def _refuse_renamed(data: Mapping[str, Any]) -> None:
+    for old, new in RENAMED_KEYS.items():
+        if old in data:
+            raise ValueError(f"{old}: is no longer a key; it was renamed {new}")
+
+
+def _build_dynamic_batching(task: str, value: Any) -> DynamicBatchingSection | None:
     if task == "embed":
-        return _build(BatchingConfig, "batching", value)
+        return _build(DynamicBatchingSection, "dynamic_batching", value)
     if value is not None:  # silently ignoring it would hide a forgotten `task: embed`
         raise ValueError(
-            f"batching={reprlib.repr(value)} applies only to model.task: embed "
+            f"dynamic_batching={reprlib.repr(value)} applies only to model.task: embed "
             f"(model.task is {task!r})"
         )
     return None

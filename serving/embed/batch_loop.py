@@ -19,7 +19,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from common.stats import percentile
-from serving.embed.batching import LANES, Batch, BatchingConfig, Waiting, next_batch, refusal_s
+from serving.config.dynamic_batching import DynamicBatchingSection
+from serving.embed.batching import LANES, Batch, BatchPolicy, Waiting, next_batch, refusal_s
 from serving.embed.tuner import (
     Observation,
     TunerConfig,
@@ -65,7 +66,7 @@ class BatchLoop:
     def __init__(
         self,
         run_batch: RunBatch,
-        config: BatchingConfig,
+        config: DynamicBatchingSection,
         *,
         clock: Callable[[], float] = time.monotonic,
         retry_after_s: float = 1.0,
@@ -74,7 +75,7 @@ class BatchLoop:
     ) -> None:
         self._run = run_batch
         self.config = config
-        self.policy = config.policy()
+        self.policy = BatchPolicy.of(config)
         self._clock = clock
         self.retry_after_s = retry_after_s
         self._on_batch = on_batch

@@ -25,67 +25,18 @@ The asyncio loop (serving/embed/batch_loop.py) only awaits and asks `next_batch`
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
 
 from common.validate import check_range
+from serving.config.dynamic_batching import DynamicBatchingSection
 
 LANES = ("interactive", "analytical", "offline")  # index = priority, 0 first
 _OFFLINE = LANES.index("offline")
-MAX_BATCH_SIZE_LIMIT = 256  # R2: never "wait for 128"-style giant batches by accident
-MAX_WINDOW_S = 1.0
 # Arrival times minus now lose ~1e-14 s to float rounding; a boundary reached within this
 # counts as reached, so "waited exactly the window" closes the batch.
 _EPS_S = 1e-9
-
-
-@dataclass(frozen=True, slots=True)
-class BatchingConfig:
-    """The `batching:` section of an embedding app (model.task: embed)."""
-
-    _owner: ClassVar[str] = "batching"
-
-    max_batch_size: int = 16  # the target size (R2 starting point)
-    window_s: float = 0.02  # the longest the oldest request of a group waits for company
-    # Length buckets: inclusive upper bounds, ascending; only same-bucket requests batch (R10).
-    bucket_edges_tokens: tuple[int, ...] = (32, 64, 128, 256)
-    stagger_slices: int = 2  # 1 = the plain R2 rule
-    max_queue: int = 256  # waiting requests per replica; beyond it: 429 with Retry-After
-    # R10: refuse (429) while the estimated queue wait (waiting x recent model seconds per
-    # request) is above this; None: only max_queue bounds the queue.
-    max_queue_wait_s: float | None = None
-    tuner: bool = False  # R7 online tuner: starts at 8 / 50 ms and moves size and window
-    p99_target_s: float = 0.2  # the tuner's p99 latency target (R1: <= 200 ms is a pass)
-    tuner_interval_s: float = 5.0  # seconds of traffic behind each tuner decision
-
-    def __post_init__(self) -> None:
-        o = self._owner
-        check_range(o, "max_batch_size", self.max_batch_size, 1, MAX_BATCH_SIZE_LIMIT, integer=True)
-        check_range(o, "window_s", self.window_s, 0.0, MAX_WINDOW_S)
-        edges = self.bucket_edges_tokens
-        if not isinstance(edges, list | tuple) or not edges:
-            raise ValueError(f"{o}.bucket_edges_tokens={edges!r} must be a non-empty list")
-        for i, edge in enumerate(edges):
-            check_range(o, f"bucket_edges_tokens[{i}]", edge, 1, None, integer=True)
-        if any(a >= b for a, b in itertools.pairwise(edges)):
-            raise ValueError(f"{o}.bucket_edges_tokens={list(edges)!r} must strictly ascend")
-        object.__setattr__(self, "bucket_edges_tokens", tuple(edges))
-        check_range(o, "stagger_slices", self.stagger_slices, 1, 8, integer=True)
-        check_range(o, "max_queue", self.max_queue, 1, None, integer=True)
-        if self.max_queue_wait_s is not None:
-            check_range(o, "max_queue_wait_s", self.max_queue_wait_s, 0.0, 3600.0, lo_open=True)
-        if not isinstance(self.tuner, bool):
-            raise ValueError(f"{o}.tuner={self.tuner!r} must be true or false")
-        check_range(o, "p99_target_s", self.p99_target_s, 0.0, 600.0, lo_open=True)
-        check_range(o, "tuner_interval_s", self.tuner_interval_s, 0.0, 3600.0, lo_open=True)
-
-    def policy(self) -> BatchPolicy:
-        return BatchPolicy(
-            self.max_batch_size, self.window_s, self.bucket_edges_tokens, self.stagger_slices
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +52,16 @@ class BatchPolicy:
         check_range("policy", "target_size", self.target_size, 1, None, integer=True)
         check_range("policy", "window_s", self.window_s, 0.0, None)
         check_range("policy", "stagger_slices", self.stagger_slices, 1, None, integer=True)
+
+    @classmethod
+    def of(cls, section: DynamicBatchingSection) -> BatchPolicy:
+        """The policy a replica starts from: its `dynamic_batching:` section's knobs."""
+        return cls(
+            section.max_batch_size,
+            section.window_s,
+            section.bucket_edges_tokens,
+            section.stagger_slices,
+        )
 
 
 @dataclass(frozen=True, slots=True)

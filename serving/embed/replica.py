@@ -8,7 +8,7 @@ embeds a self-check text alone and within a batch and refuses to start if the tw
 """
 
 # No `from __future__ import annotations`: FastAPI must see the real `Request` annotation on the
-# routes after serve.ingress rewrites them (as in serving/llm/routes.py).
+# routes after serve.ingress rewrites them (as in serving/routes/ingress.py).
 import asyncio
 import logging
 import math
@@ -71,7 +71,7 @@ class EmbedService:
         self.metrics = metrics
         self.loop = BatchLoop(
             self._run,
-            self.config.batching,
+            self.config.dynamic_batching,
             retry_after_s=self.config.server.retry_after_s,
             on_batch=self._on_batch,
             on_tune=metrics.tuned if metrics else None,

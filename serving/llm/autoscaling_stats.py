@@ -40,7 +40,7 @@ class MetricsMessage:
 @dataclass(frozen=True, slots=True)
 class IngressStats(MetricsMessage):
     num_requests: int = 0  # cumulative requests since the ingress started (a rate by difference)
-    # cold replicas the batch lane asks for now (LaneMixin.offline_cold_replicas_wanted)
+    # cold replicas the batch lane asks for now (OfflineLane.cold_replicas_wanted)
     offline_cold_replicas: int = 0
     # crc32 of the app config the ingress was built from: the policy checks that its own copy
     # (policy_kwargs.app_args) is the same config, and holds the pool when it is not

@@ -1,8 +1,15 @@
-"""Ingress: OpenAI-compatible HTTP (FastAPI through serve.ingress) and the handle API.
+"""Ingress: the LLM app's request path, shared by the OpenAI HTTP routes, the handle API and the
+offline lane (serving/routes/ composes them into the Serve deployment).
 
 It validates, counts tokens (it owns the tokenizer and chat template), classifies the tier
 (`x-priority` header or `priority` field, default interactive), picks a pool
-(serving/llm/dispatch.py) and relays the replica's token stream.
+(serving/llm/dispatch.py) and relays the replica's token stream. Its public surface:
+
+    encode(req, plan)        the prompt's token ids (completions: the prompt; chat: the template)
+    answer(req, tier, ids)   n choices, collected (a dict) or streamed (SSE text)
+    pool_view()              one replica's reading of each pool it routes to now (PoolView)
+    set_pool_target(...)     the forecast controller's announcement of a new target
+    generate / generate_stream   the handle API (other Ray apps)
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import contextvars
 import dataclasses
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator
 
 from serving.api import openai as p
@@ -19,18 +27,21 @@ from serving.api.errors import ApiError
 from serving.api.http import api_key_from_env, request_tier, validate
 from serving.config import AppConfig
 from serving.config.front_door import front_door
-from serving.engine.grammar import GrammarCompiler, GrammarError
-from serving.engine.sampling_params import GrammarSpec, SamplingParams
+from serving.engine.grammar import GrammarCompiler
+from serving.engine.sampling_params import SamplingParams
 from serving.llm import tools
 from serving.llm.arrivals import WaitBound
-from serving.llm.choices import TokenText
+from serving.llm.choices import ChoiceState, TokenText
 from serving.llm.dispatch import OpenStream, RefusalMemo, open_stream
 from serving.llm.messages import Completion, Delta, GenerateRequest
+from serving.llm.pool_watch import PoolView, PoolWatch
+from serving.llm.replies import Reply, drain, merge_streams, service_tier_echo, sse_stream
+from serving.llm.request_params import HANDLE_SAMPLING_KEYS, RequestParams, choice_params
 from serving.llm.stop_strings import StopStrings
-from serving.llm.tier_share import TierShare
+from serving.llm.tier_share import Hold, TierShare
 from serving.llm.tools import ToolPlan
 from serving.llm.ttft_margin import TtftMargins
-from serving.serve_status import app_name_or_default, running_replicas
+from serving.serve_status import app_name_or_default
 
 log = logging.getLogger("ray.serve")
 # When the ingress began handling the current request (set by the HTTP routes): the time it
@@ -38,6 +49,9 @@ log = logging.getLogger("ray.serve")
 RECEIVED_S: contextvars.ContextVar[float | None] = contextvars.ContextVar(
     "received_s", default=None
 )
+# What answer() returns: the OpenAI response body, or the SSE text of a streamed reply.
+Answer = dict | AsyncIterator[str]
+OpenAIRequest = p.CompletionRequest | p.ChatCompletionRequest
 
 
 class Ingress:
@@ -47,23 +61,23 @@ class Ingress:
         from serving.model_source import resolve_model_dir, served_name_for
 
         self.config = AppConfig.from_args(config)
-        self.handles = {"hot": hot, "cold": cold}
-        # Hot always has >= 1 replica (config-enforced), so requests may wait on Serve's queue
-        # for it; cold may have none, and is used only once the watcher has seen it running.
-        self.available = {"hot": True, "cold": False}
         model_dir = resolve_model_dir(self.config.model.source)
         self.tokenizer = AutoTokenizer.from_pretrained(
             str(model_dir), trust_remote_code=self.config.model.trust_remote_code
         )
         self.model_name = self.config.model.served_name or served_name_for(self.config.model.source)
         # Checks grammars before dispatch; EOS and vocabulary do not change whether one compiles.
-        self.grammars = GrammarCompiler(self.tokenizer, len(self.tokenizer), ())
-        self.grammars.warm()
+        grammars = GrammarCompiler(self.tokenizer, len(self.tokenizer), ())
+        grammars.warm()
+        self.request_params = RequestParams(self.config, grammars)
         self.token_text = TokenText(self.tokenizer)
         self.api_key = api_key_from_env(self.config.server.api_key_env)
         self.default_tier = self.config.server.service_tier_default
-        self.fingerprint = self.config.replica_fingerprint()
-        self.verified: dict[str, bool] = {}
+        self.app_name = app_name_or_default()
+        fingerprint = self.config.replica_fingerprint()
+        self.pools = PoolWatch({"hot": hot, "cold": cold}, fingerprint, self.app_name)
+        # The dispatcher reads these two (the watcher keeps `available` in step with the pools).
+        self.handles, self.available = self.pools.handles, self.pools.available
         tiers, srv = self.config.tiers, self.config.server
         # The replicas' TTFT rule, applied to each pool's last refused load (dispatch.py).
         slos = {name: (t.ttft_p99_s, t.ttft_admit_fraction) for name, t in tiers.items()}
@@ -71,129 +85,80 @@ class Ingress:
         self.margins = TtftMargins()
         self.wait_bound = WaitBound()  # no standing queue under overload (arrivals.py)
         self.tier_share = TierShare(front_door(self.config).lower_tier_slots)
-        self.app_name = app_name_or_default()
-        self._watcher: asyncio.Task | None = None
-        self._first_poll: asyncio.Task | None = None  # the poll a fresh ingress's requests await
         self.num_requests = 0  # requests that reached pool choice; read by the forecast controller
         self.num_refused = 0  # of those, latency-tier requests every pool refused (429)
-        self.emptying: set[str] = set()  # pools the forecast controller is scaling to zero
 
     # ----- pools ---------------------------------------------------------------------------------
-    async def _watch_pools(self, first_poll: asyncio.Future, period_s: float = 2.0) -> None:
-        """Keep `available` in step with the pools: cold is used only while it has a running
-        replica (an empty pool would park requests until one appears); either pool is refused
-        outright if its replicas report another config fingerprint than the ingress's (R9)."""
-        await asyncio.shield(first_poll)
-        while True:
-            await asyncio.sleep(period_s)
-            await self._poll_pools()
-
-    async def _poll_pools(self) -> None:
-        try:
-            counts = await asyncio.to_thread(running_replicas, self.app_name)
-            for pool in self.handles:
-                if pool not in counts:  # mid-deploy the status may omit it: keep the last view
-                    continue
-                running = counts[pool] > 0 and pool not in self.emptying
-                ok = await self._fingerprint_ok(pool) if running else pool == "hot"
-                self.available[pool] = ok
-        except Exception as err:  # the controller may be restarting; keep the last view
-            log.warning("pool status poll failed: %s", err)
-
-    async def _fingerprint_ok(self, pool: str) -> bool:
-        if pool not in self.verified:
-            theirs = await asyncio.wait_for(self.handles[pool].fingerprint.remote(), 30)
-            self.verified[pool] = theirs == self.fingerprint
-            if not self.verified[pool]:
-                log.error(
-                    "%s replicas run config %s, ingress has %s: not routing to them",
-                    pool,
-                    theirs[:12],
-                    self.fingerprint[:12],
-                )
-        return self.verified[pool]
-
     async def ensure_watching(self) -> None:
-        """The first request waits for one poll, so a fresh ingress does not answer 503.
+        """The first request waits for the watcher's first poll (serving/llm/pool_watch.py)."""
+        await self.pools.ensure_watching()
 
-        One watcher per ingress: the check and the start have no await between them, so the
-        requests of a first burst share one poll and one watcher. (With the poll awaited before
-        the start, each request of the burst started a watcher of its own; after 16 concurrent
-        first requests, 16 watchers called serve.status(), tens of ms of CPU each, 8 times a
-        second: half a core of a 2-core machine, at idle.)"""
-        if self._watcher is None or self._watcher.done():
-            loop = asyncio.get_running_loop()
-            self._first_poll = loop.create_task(self._poll_pools())
-            self._watcher = loop.create_task(self._watch_pools(self._first_poll))
-        # shielded: a request that goes away must not cancel the poll the others wait for
-        await asyncio.shield(self._first_poll)
-
-    # ----- shared request path ----------------------------------------------------------------
-    def _params(
-        self, req: p._SamplingFields, num_prompt_tokens: int, grammar=None
-    ) -> SamplingParams:
-        """The engine's SamplingParams of a validated request (OpenAI's defaults where unset)."""
-        srv = self.config.server
-        limit = self.config.engine.max_model_len
-        max_tokens = req.requested_max_tokens()
-        if max_tokens is None:
-            room = (limit - num_prompt_tokens) if limit else srv.default_max_tokens
-            max_tokens = max(1, min(srv.default_max_tokens, room))
-        elif max_tokens > srv.max_tokens_limit:
-            raise ApiError(
-                400,
-                f"max_tokens={max_tokens} is out of range; allowed: 1 <= "
-                f"max_tokens <= {srv.max_tokens_limit}",
-                param="max_tokens",
-            )
-        source = req.grammar_source()
-        if grammar is None and source is not None:
-            grammar = self._checked_grammar(GrammarSpec(*source), "response_format")
-        return SamplingParams(
-            max_tokens=max_tokens,
-            temperature=1.0 if req.temperature is None else req.temperature,
-            top_p=1.0 if req.top_p is None else req.top_p,
-            top_k=max(0, req.top_k or 0),
-            min_p=req.min_p or 0.0,
-            seed=req.seed,
-            ignore_eos=bool(req.ignore_eos),
-            presence_penalty=req.presence_penalty or 0.0,
-            frequency_penalty=req.frequency_penalty or 0.0,
-            repetition_penalty=req.repetition_penalty or 1.0,
-            logit_bias=tuple((int(k), v) for k, v in (req.logit_bias or {}).items()),
-            logprobs=req.num_top_logprobs(),
-            grammar=grammar,
-        )
-
-    def _checked_grammar(self, spec: GrammarSpec, field: str) -> GrammarSpec:
-        """A grammar the library cannot compile is a 400 naming the problem, before dispatch."""
-        try:
-            self.grammars.check(spec)
-        except GrammarError as err:
-            raise ApiError(400, f"{field}: {err}", param=field) from None
-        return spec
-
-    def _choice_params(self, params: SamplingParams, n: int) -> list[SamplingParams]:
-        """n choices are n sequences; a seeded request seeds choice i with seed + i, so the
-        choices differ from each other and the whole reply repeats."""
-        if n == 1 or params.seed is None:
-            return [params] * n
-        return [dataclasses.replace(params, seed=(params.seed + i) % 2**63) for i in range(n)]
+    async def pool_view(self) -> PoolView:
+        return await self.pools.view()
 
     def set_pool_target(self, pool: str, target: int) -> None:
-        """The forecast controller announces a new replica target before it applies it. A pool
-        going to zero gets no new request from now on, not one status poll later: Serve's handle
-        would park a request for an empty deployment until a replica comes back."""
-        if target == 0 and pool != "hot":
-            self.emptying.add(pool)
-            self.available[pool] = False
-        else:
-            self.emptying.discard(pool)  # the watcher marks it available once a replica runs
+        self.pools.set_target(pool, target)
 
     def mark_received(self) -> None:
         """The HTTP routes call this first: from here on the request's time counts against its
         TTFT budget. (The ContextVar stays in this module: Serve pickles the routes by value.)"""
         RECEIVED_S.set(time.monotonic())
+
+    # ----- the shared request path ---------------------------------------------------------------
+    def encode(self, req: OpenAIRequest, plan: ToolPlan | None) -> list[int]:
+        """The prompt's token ids: a completion's prompt, or the chat template's rendering."""
+        if isinstance(req, p.ChatCompletionRequest):
+            return self._encode_chat(req, plan)
+        return self._encode_prompt(req.prompt)
+
+    async def answer(
+        self,
+        req: OpenAIRequest,
+        tier: str,
+        ids: list[int],
+        plan: ToolPlan | None,
+        hold: Hold | None = None,
+    ) -> Answer:
+        """n choices, streamed (SSE text) or collected (the response body). A stream releases
+        `hold` when it ends (HTTP requests only; the batch lane has none)."""
+        grammar = None if plan is None else tools.grammar_for(plan)
+        if grammar is not None:
+            grammar = self.request_params.checked_grammar(grammar, "tools")
+        params = self.request_params.params(req, len(ids), grammar)
+        opened = await self._open_choices(ids, params, tier, req.num_choices)
+        reply = Reply(
+            rid=p.new_id("chatcmpl" if isinstance(req, p.ChatCompletionRequest) else "cmpl"),
+            model=self.model_name,
+            req=req,
+            states=[ChoiceState(i, plan) for i in range(len(opened))],
+            token_text=self.token_text,
+            extra=service_tier_echo(req.service_tier, tier),
+            echo=self._echo_text(req),
+        )
+        relays = [self._relay(o, req.stop) for o in opened]
+        if req.stream:
+            frames = sse_stream(reply, merge_streams(relays), hold)
+            if hold is not None:  # a stream that never starts never runs its finally
+                weakref.finalize(frames, hold.release)
+            return frames
+        try:
+            await asyncio.gather(*(drain(r, s) for r, s in zip(relays, reply.states, strict=True)))
+        except Exception as err:  # the replica died mid-generation: a clean 503, not a bare 500
+            log.warning("generation failed: %s", type(err).__name__)
+            raise ApiError(
+                503,
+                "the replica serving this request failed mid-generation; retry",
+                type_="server_error",
+                code="replica_failed",
+                retry_after_s=self.config.server.retry_after_s,
+            ) from None
+        return reply.response()
+
+    def _echo_text(self, req: OpenAIRequest) -> str:
+        if not isinstance(req, p.CompletionRequest) or not req.echo:
+            return ""
+        prompt = req.prompt
+        return prompt if isinstance(prompt, str) else self.tokenizer.decode(prompt)
 
     async def _open(self, prompt_ids: list[int], params: SamplingParams, tier: str) -> OpenStream:
         self.num_requests += 1
@@ -240,7 +205,7 @@ class Ingress:
         if n == 1:
             return [await self._open(prompt_ids, params, tier)]
         results = await asyncio.gather(
-            *(self._open(prompt_ids, cp, tier) for cp in self._choice_params(params, n)),
+            *(self._open(prompt_ids, cp, tier) for cp in choice_params(params, n)),
             return_exceptions=True,
         )
         errors = [r for r in results if isinstance(r, BaseException)]
@@ -329,26 +294,6 @@ class Ingress:
         req = validate(p.CompletionRequest, body)
         tier = request_tier(req.priority, None, req.service_tier, self.default_tier)
         ids = self._encode_prompt(req.prompt)
-        opened = await self._open(ids, self._params(req, len(ids)), tier)
+        opened = await self._open(ids, self.request_params.params(req, len(ids)), tier)
         async for item in self._relay(opened, req.stop):
             yield item
-
-
-HANDLE_SAMPLING_KEYS = frozenset(
-    {
-        "temperature",
-        "top_p",
-        "top_k",
-        "min_p",
-        "seed",
-        "stop",
-        "ignore_eos",
-        "max_completion_tokens",
-        "presence_penalty",
-        "frequency_penalty",
-        "repetition_penalty",
-        "logit_bias",
-        "response_format",
-        "service_tier",
-    }
-)

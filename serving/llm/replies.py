@@ -8,11 +8,14 @@ with its finish_reason; completions streams carry text and legacy logprobs.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from serving.api import openai as p
+from serving.api.errors import error_body
+from serving.api.http import sse
 from serving.llm.choices import (
     ChoiceState,
     TokenText,
@@ -21,7 +24,10 @@ from serving.llm.choices import (
     completion_logprobs,
 )
 from serving.llm.messages import Delta
+from serving.llm.tier_share import Hold
 from serving.llm.tools import Call
+
+log = logging.getLogger("ray.serve")
 
 _DONE = object()
 
@@ -160,3 +166,31 @@ class Reply:
             "usage": self._usage(),
             **self.extra,
         }
+
+
+async def sse_stream(
+    reply: Reply, items: AsyncIterator[tuple[int, Delta]], hold: Hold | None = None
+) -> AsyncIterator[str]:
+    """The SSE text of a streamed reply. One write per replica message: a delta's frames
+    (content, tool calls, finish) are encoded and sent together, the opening frames with the
+    first delta. A failure after the stream started (a replica died) becomes an error event,
+    never a hang. `hold` comes back once the replica's items end, fail or the client leaves."""
+    opening = "".join(sse(frame) for frame in reply.opening())
+    try:
+        async for index, item in items:
+            data = opening + "".join(sse(frame) for frame in reply.frames(index, item))
+            if data:  # a delta may hold no text yet (a UTF-8 character split across tokens)
+                yield data
+                opening = ""
+    except Exception as err:  # mid-stream failure: tell the client, then end the stream
+        # The type only: an error's text may quote the request, and prompts stay out of logs.
+        log.warning("stream %s failed: %s", reply.rid, type(err).__name__)
+        message = f"generation failed mid-stream ({type(err).__name__}); retry"
+        yield opening + sse(error_body(message, "server_error", code="replica_failed"))
+        yield sse("[DONE]")
+        return
+    finally:
+        if hold is not None:
+            hold.release()
+    usage = reply.req.stream_options is not None and reply.req.stream_options.include_usage
+    yield opening + (sse(reply.usage_frame()) if usage else "") + sse("[DONE]")

@@ -145,7 +145,7 @@ def test_doctor_names_hot_and_cold_configs_that_differ(served):
     from serving.llm.doctor import diagnose
     from serving.llm.doctor_cli import collect_readings
     from serving.llm.replica import ModelReplica
-    from serving.llm.routes import HttpIngress
+    from serving.routes.ingress import HttpIngress
 
     hot_cfg = AppConfig.from_args(app_args(served["model_dir"]))
     cold_cfg = AppConfig.from_args(app_args(served["model_dir"], engine={"max_num_seqs": 8}))

@@ -51,7 +51,7 @@ def served(ray_cluster, tmp_path_factory):
     args = app_args(
         model_dir,
         pools={"cold": {"initial_replicas": 0}},
-        batch={"store_path": str(store), "poll_interval_s": 0.2, "max_in_flight": 8},
+        batch_api={"store_path": str(store), "poll_interval_s": 0.2, "max_in_flight": 8},
     )
     deploy(args, name=APP)
     client = OpenAI(base_url=f"http://127.0.0.1:{PORT}/v1", api_key="unused", max_retries=0)

@@ -41,7 +41,7 @@ def client(ray_cluster, tmp_path_factory):
         model={"source": "embedded", "served_name": None},
         engine={"kv_cache_bytes": 64 * 2**20, "max_model_len": 1024, "max_num_seqs": 4},
         pools={"cold": {"initial_replicas": 0}},
-        batch={"store_path": str(tmp_path_factory.mktemp("store")), "poll_interval_s": 0.2},
+        batch_api={"store_path": str(tmp_path_factory.mktemp("store")), "poll_interval_s": 0.2},
     )
     serve.start(http_options={"host": "127.0.0.1", "port": PORT})
     try:

@@ -26,7 +26,11 @@ NAME = "tiny-embed"
 def embed_args(model_dir, **batching) -> dict:
     return {
         "model": {"task": "embed", "source": str(model_dir), "served_name": NAME},
-        "batching": {"max_batch_size": 8, "window_s": 0.01, "bucket_edges_tokens": [8, 32, 64]}
+        "dynamic_batching": {
+            "max_batch_size": 8,
+            "window_s": 0.01,
+            "bucket_edges_tokens": [8, 32, 64],
+        }
         | batching,
         "replica": {"num_cpus": 0, "torch_threads": 1, "health_check_period_s": 2},
     }

@@ -11,10 +11,10 @@ import dataclasses
 import json
 
 from serving.api.errors import ApiError
-from serving.batch.config import BatchSection
 from serving.batch.runner import BatchRunner, file_object
 from serving.batch.scheduler import LaneView
 from serving.batch.store import BatchStore
+from serving.config.batch_api import BatchApiSection
 from tests.unit.batch.test_scheduler import IDLE
 
 CHAT = "/v1/chat/completions"
@@ -60,7 +60,7 @@ class FakePath:
 
 
 def runner_for(store, path, **cfg) -> BatchRunner:
-    cfg = BatchSection(**{"max_in_flight": 4, "refusal_backoff_s": 0.0, **cfg})
+    cfg = BatchApiSection(**{"max_in_flight": 4, "refusal_backoff_s": 0.0, **cfg})
     return BatchRunner(store, cfg, path.execute, path.observe, (CHAT,), "tiny")
 
 

@@ -156,6 +156,27 @@ def test_unknown_top_level_key_lists_the_sections_and_suggests_one():
         assert repr(section) in msg
 
 
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [("batch", "batch_api"), ("batching", "dynamic_batching")],
+)
+def test_a_renamed_section_is_an_error_naming_its_new_name(old, new):
+    """`batch:` (the Batch API) and `batching:` (an embedding app's batcher) were one letter apart:
+    each now has a name of its own, and the old one fails closed instead of being ignored."""
+    for task in ("generate", "embed"):
+        with pytest.raises(ValueError, match=rf"^{old}: is no longer a key; it was renamed {new} "):
+            AppConfig.from_args({"model": {"task": task}, old: {}})
+
+
+def test_the_batch_api_and_dynamic_batching_sections_read_under_their_names():
+    cfg = AppConfig.from_args({"batch_api": {"max_in_flight": 3}})
+    assert cfg.batch_api.max_in_flight == 3 and cfg.dynamic_batching is None
+    raises({"batch_api": {"max_in_flight": 0}}, "batch_api.max_in_flight=0 is out of range")
+    embed = AppConfig.from_args({"model": {"task": "embed"}, "dynamic_batching": {"max_queue": 9}})
+    assert embed.dynamic_batching.max_queue == 9
+    raises({"model": {"task": "embed"}, "batch_api": {}}, "batch_api=", "applies only to")
+
+
 def test_misspelled_engine_key_names_its_path_value_and_the_closest_key():
     msg = raises({"engine": {"max_num_seqz": 32}}, "engine.max_num_seqz=32", "'kv_mode'")
     assert msg.endswith("did you mean 'max_num_seqs'?")

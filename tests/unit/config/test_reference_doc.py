@@ -51,8 +51,8 @@ def test_every_section_of_app_config_is_listed():
         "server",
         "controller",
         "controller.lead_overrides[]",
-        "batching",
-        "batch",
+        "dynamic_batching",
+        "batch_api",
     ]
     for section in SECTIONS:
         assert [k.name for k in section.keys] == [f.name for f in dataclasses.fields(section.cls)]

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from serving.config.dynamic_batching import DynamicBatchingSection
 from serving.embed.batching import (
     Batch,
-    BatchingConfig,
     BatchPolicy,
     Wait,
     Waiting,
@@ -156,33 +156,34 @@ def test_queue_refuses_when_estimated_wait_passes_the_budget():
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"max_batch_size": 0}, "batching.max_batch_size=0 is out of range; allowed: 1 <="),
+        ({"max_batch_size": 0}, "dynamic_batching.max_batch_size=0 is out of range; allowed: 1 <="),
         ({"max_batch_size": 512}, "max_batch_size <= 256"),
-        ({"window_s": -0.01}, "batching.window_s=-0.01 is out of range"),
+        ({"window_s": -0.01}, "dynamic_batching.window_s=-0.01 is out of range"),
         ({"bucket_edges_tokens": (64, 32)}, "must strictly ascend"),
         ({"bucket_edges_tokens": ()}, "must be a non-empty list"),
-        ({"stagger_slices": 9}, "batching.stagger_slices=9 is out of range; allowed: 1 <="),
-        ({"tuner": "yes"}, "batching.tuner='yes' must be true or false"),
-        ({"p99_target_s": 0.0}, "batching.p99_target_s=0.0 is out of range"),
-        ({"max_queue_wait_s": 0}, "batching.max_queue_wait_s=0 is out of range"),
+        ({"stagger_slices": 9}, "dynamic_batching.stagger_slices=9 is out of range; allowed: 1 <="),
+        ({"tuner": "yes"}, "dynamic_batching.tuner='yes' must be true or false"),
+        ({"p99_target_s": 0.0}, "dynamic_batching.p99_target_s=0.0 is out of range"),
+        ({"max_queue_wait_s": 0}, "dynamic_batching.max_queue_wait_s=0 is out of range"),
     ],
 )
 def test_config_errors_name_key_value_and_range(overrides, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        BatchingConfig(**overrides)
+        DynamicBatchingSection(**overrides)
 
 
-def test_app_config_embed_task_and_batching_section():
+def test_app_config_embed_task_and_dynamic_batching_section():
     from serving.config import AppConfig
 
-    cfg = AppConfig.from_args({"model": {"task": "embed"}, "batching": {"window_s": 0.03}})
-    assert cfg.batching == BatchingConfig(window_s=0.03)
+    args = {"model": {"task": "embed"}, "dynamic_batching": {"window_s": 0.03}}
+    cfg = AppConfig.from_args(args)
+    assert cfg.dynamic_batching == DynamicBatchingSection(window_s=0.03)
     assert AppConfig.from_args(cfg.to_dict()) == cfg
-    assert AppConfig.from_args(None).batching is None
+    assert AppConfig.from_args(None).dynamic_batching is None
     with pytest.raises(ValueError, match=r"applies only to model\.task: embed"):
-        AppConfig.from_args({"batching": {"window_s": 0.03}})
-    with pytest.raises(ValueError, match=r"batching\.windw_s.*did you mean 'window_s'"):
-        AppConfig.from_args({"model": {"task": "embed"}, "batching": {"windw_s": 0.03}})
+        AppConfig.from_args({"dynamic_batching": {"window_s": 0.03}})
+    with pytest.raises(ValueError, match=r"dynamic_batching\.windw_s.*did you mean 'window_s'"):
+        AppConfig.from_args({"model": {"task": "embed"}, "dynamic_batching": {"windw_s": 0.03}})
     with pytest.raises(ValueError, match=r"model.task='rerank' is not allowed"):
         AppConfig.from_args({"model": {"task": "rerank"}})
 
@@ -195,5 +196,6 @@ def test_cluster_yaml_ships_an_embedding_app_next_to_the_llm():
     path = Path(__file__).resolve().parents[3] / "cluster.yaml"
     embed = load_cluster_yaml(path, "embeddings")
     assert (embed.model.task, embed.model.source) == ("embed", "embedded")
-    assert embed.batching.max_batch_size == 16 and embed.batching.window_s == 0.02
+    assert embed.dynamic_batching.max_batch_size == 16
+    assert embed.dynamic_batching.window_s == 0.02
     assert load_cluster_yaml(path).model.task == "generate"

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from serving.api.embeddings import EmbeddingRequest, embedding_response
+from serving.config.dynamic_batching import DynamicBatchingSection
 from serving.embed.batch_loop import BatchLoop, QueueFullError
-from serving.embed.batching import BatchingConfig
 from serving.embed.model import EmbeddingModel, Pooling, pool, read_pooling
 from serving.tiny_models import save_tiny_embedding_dir
 
@@ -105,7 +105,7 @@ def test_loop_batches_by_bucket_and_routes_each_result_to_its_request():
         sent.append(payloads)
         return [p * 10 for p in payloads]
 
-    cfg = BatchingConfig(max_batch_size=4, window_s=0.005, bucket_edges_tokens=(8, 64))
+    cfg = DynamicBatchingSection(max_batch_size=4, window_s=0.005, bucket_edges_tokens=(8, 64))
 
     async def main():
         loop = BatchLoop(run_batch, cfg)
@@ -121,7 +121,7 @@ def test_full_queue_refuses_at_once_with_retry_after():
         await asyncio.sleep(0.05)
         return payloads
 
-    cfg = BatchingConfig(max_batch_size=2, window_s=0.0, max_queue=3)
+    cfg = DynamicBatchingSection(max_batch_size=2, window_s=0.0, max_queue=3)
 
     async def main():
         loop = BatchLoop(run_batch, cfg, retry_after_s=3.0)
@@ -145,7 +145,7 @@ def test_queue_refuses_once_estimated_wait_passes_max_queue_wait():
             await gate.wait()
         return payloads
 
-    cfg = BatchingConfig(max_batch_size=1, window_s=0.0, max_queue_wait_s=0.25)
+    cfg = DynamicBatchingSection(max_batch_size=1, window_s=0.0, max_queue_wait_s=0.25)
 
     async def main():
         loop = BatchLoop(run_batch, cfg, clock=lambda: now[0])
@@ -170,7 +170,7 @@ def test_a_failing_batch_fails_its_requests_and_the_loop_lives_on():
             raise RuntimeError("model exploded")
         return payloads
 
-    cfg = BatchingConfig(max_batch_size=1, window_s=0.0)
+    cfg = DynamicBatchingSection(max_batch_size=1, window_s=0.0)
 
     async def main():
         loop = BatchLoop(run_batch, cfg)
@@ -187,7 +187,7 @@ def test_tuner_starts_at_8_and_50ms_and_logs_its_changes():
     async def run_batch(payloads):
         return payloads
 
-    cfg = BatchingConfig(tuner=True, p99_target_s=10.0, tuner_interval_s=5.0)
+    cfg = DynamicBatchingSection(tuner=True, p99_target_s=10.0, tuner_interval_s=5.0)
     skew = [0.0]  # the loop's clock jumps 10 s between rounds: each round is a tuner interval
 
     async def main():
@@ -259,4 +259,4 @@ def test_cluster_yaml_embedding_app_builds_one_batching_deployment():
     deployment = build_app(args)._bound_deployment
     assert deployment.func_or_class is EmbedReplica and deployment.num_replicas == 1
     # Serve's default of 5 in-flight requests would cap every batch at 5
-    assert deployment.max_ongoing_requests >= args["batching"]["max_queue"]
+    assert deployment.max_ongoing_requests >= args["dynamic_batching"]["max_queue"]

@@ -1,4 +1,4 @@
-"""The ingress's pool watcher (serving/llm/ingress.py): one per ingress, however many requests
+"""The ingress's pool watcher (serving/llm/pool_watch.py): one per ingress, however many requests
 arrive at once while it starts. Each poll reads serve.status(), tens of ms of CPU; a watcher per
 request of the first burst burned half a core of a 2-core machine at idle."""
 
@@ -9,17 +9,12 @@ import threading
 
 import pytest
 
-from serving.llm import ingress as ingress_mod
-from serving.llm.ingress import Ingress
+from serving.llm import pool_watch as pool_watch_mod
+from serving.llm.pool_watch import PoolWatch
 
 
-def _bare_ingress() -> Ingress:
-    ing = Ingress.__new__(Ingress)  # no model, no Ray: only what the watcher reads
-    ing.handles = {"hot": object(), "cold": object()}
-    ing.available = {"hot": True, "cold": False}
-    ing.emptying, ing.verified, ing.app_name = set(), {}, "tideserve"
-    ing._watcher = ing._first_poll = None
-    return ing
+def _watch() -> PoolWatch:
+    return PoolWatch({"hot": object(), "cold": object()}, "fingerprint", "tideserve")
 
 
 @pytest.fixture
@@ -33,7 +28,7 @@ def status_reads(monkeypatch):
         threading.Event().wait(0.05)
         return {"hot": 1, "cold": 0}
 
-    monkeypatch.setattr(ingress_mod, "running_replicas", running_replicas)
+    monkeypatch.setattr(pool_watch_mod, "running_replicas", running_replicas)
     return calls
 
 
@@ -42,7 +37,7 @@ def _watchers() -> list[asyncio.Task]:
 
 
 def test_a_burst_of_first_requests_shares_one_poll_and_one_watcher(status_reads):
-    ing = _bare_ingress()
+    ing = _watch()
 
     async def burst() -> int:
         await asyncio.gather(*(ing.ensure_watching() for _ in range(16)))
@@ -56,7 +51,7 @@ def test_a_burst_of_first_requests_shares_one_poll_and_one_watcher(status_reads)
 
 
 def test_a_request_that_leaves_during_the_first_poll_does_not_cancel_it(status_reads):
-    ing = _bare_ingress()
+    ing = _watch()
 
     async def scenario() -> bool:
         leaving = asyncio.create_task(ing.ensure_watching())
@@ -72,7 +67,7 @@ def test_a_request_that_leaves_during_the_first_poll_does_not_cancel_it(status_r
 
 
 def test_a_watcher_that_stopped_is_started_again(status_reads):
-    ing = _bare_ingress()
+    ing = _watch()
 
     async def scenario() -> int:
         await ing.ensure_watching()
@@ -85,3 +80,46 @@ def test_a_watcher_that_stopped_is_started_again(status_reads):
 
     assert asyncio.run(scenario()) == 1
     assert len(status_reads) == 2  # the new watcher polled before serving
+
+
+class _Remote:
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def remote(self):
+        async def answer():
+            if isinstance(self.value, BaseException):
+                raise self.value
+            return self.value
+
+        return answer()
+
+
+class _Replica:
+    def __init__(self, info) -> None:
+        self.info = _Remote(info)
+
+
+def test_a_view_reads_one_replica_of_each_available_pool_and_leaves_out_a_failed_read():
+    watch = PoolWatch({"hot": _Replica("hot info"), "cold": _Replica("cold info")}, "f", "app")
+
+    async def views() -> tuple[dict, dict]:
+        watch._first_poll = watch._watcher = asyncio.get_running_loop().create_future()
+        watch._first_poll.set_result(None)  # already watching: no serve.status() here
+        first = (await watch.view()).infos  # cold: not available
+        watch.available["cold"] = True
+        watch.handles["hot"] = _Replica(RuntimeError("replica gone"))
+        return first, (await watch.view()).infos
+
+    assert asyncio.run(views()) == ({"hot": "hot info"}, {"cold": "cold info"})
+
+
+def test_a_pool_announced_to_go_to_zero_is_left_at_once_and_hot_never_is():
+    watch = _watch()
+    watch.available["cold"] = True
+    watch.set_target("cold", 0)
+    assert watch.available["cold"] is False and watch.emptying == {"cold"}
+    watch.set_target("hot", 0)
+    assert watch.available["hot"] is True
+    watch.set_target("cold", 2)  # the watcher marks it available once a replica runs
+    assert watch.emptying == set() and watch.available["cold"] is False

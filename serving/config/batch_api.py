@@ -1,4 +1,10 @@
-"""BatchSection: the `batch:` section of cluster.yaml (the offline lane of serving/batch/)."""
+"""BatchApiSection: the `batch_api:` section of cluster.yaml, the Batch API (/v1/files and
+/v1/batches) run by the offline lane of serving/batch/.
+
+Named `batch_api`, not `batch`, so that it cannot be mistaken for `dynamic_batching:` (the
+embedding replicas' request batcher, serving/config/dynamic_batching.py) or for the engine's
+continuous batching.
+"""
 
 from __future__ import annotations
 
@@ -18,10 +24,10 @@ def _seconds(owner: str, name: str, value: Any, lo: float, hi: float | None = No
 
 
 @dataclass(frozen=True, slots=True)
-class BatchSection:
+class BatchApiSection:
     """The offline lane of a generate app: /v1/files and /v1/batches (docs/batch.md)."""
 
-    _owner: ClassVar[str] = "batch"
+    _owner: ClassVar[str] = "batch_api"
 
     # Directory of uploaded files, batch records and their result journals (format: docs/batch.md).
     # Put it on a disk that survives a restart of the app; null: ~/.cache/tideserve/batch/<app>.

@@ -1,7 +1,8 @@
-"""/v1/files and /v1/batches as OpenAI defines them: a mixin of the LLM ingress class.
+"""/v1/files and /v1/batches as OpenAI defines them, on the offline lane (serving/batch/lane.py).
 
-The routes are declared on `router`, which serving/llm/routes.py includes in the ingress's
-FastAPI app; Serve binds `self` to the ingress replica (one per app, so one lane and one store).
+BatchApi answers the Batch API's HTTP requests; the ingress deployment
+(serving/routes/ingress.py) declares the routes and hands each request to it. One ingress per
+app, so one lane and one store.
 """
 
 from __future__ import annotations
@@ -9,18 +10,17 @@ from __future__ import annotations
 import asyncio
 import time
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import Response
 
 from serving.api.errors import ApiError
 from serving.api.http import check_api_key, read_json
 from serving.batch import jobs
-from serving.batch.lane import LaneMixin
+from serving.batch.lane import OfflineLane
 from serving.batch.runner import file_object
 from serving.batch.store import new_file_id
-from serving.batch.upload import MULTIPART_OVERHEAD_BYTES, parse_form, read_capped
+from serving.routes.upload import MULTIPART_OVERHEAD_BYTES, parse_form, read_capped
 
-router = APIRouter()
 CREATE_FIELDS = ("input_file_id", "endpoint", "completion_window", "metadata")
 NOT_IMPLEMENTED = ("output_expires_after",)
 
@@ -59,11 +59,14 @@ def _file_or_404(store, file_id: str) -> dict:
         ) from None
 
 
-class BatchRoutes(LaneMixin):
-    @router.post("/v1/files")
+class BatchApi:
+    def __init__(self, lane: OfflineLane, api_key: str | None, max_body_bytes: int) -> None:
+        self.lane, self.api_key, self.max_body_bytes = lane, api_key, max_body_bytes
+        self.runner = lane.runner
+
     async def upload_file(self, request: Request) -> dict:
         check_api_key(self.api_key, request)
-        cap = self.lane_cfg.max_file_bytes
+        cap = self.lane.cfg.max_file_bytes
         body = await read_capped(request, cap + MULTIPART_OVERHEAD_BYTES, "upload")
         form = parse_form(request.headers.get("content-type", ""), body)
         unknown = sorted(set(form) - {"file", "purpose"})
@@ -81,7 +84,7 @@ class BatchRoutes(LaneMixin):
         if len(data) > cap:
             raise ApiError(
                 413,
-                f"file of {len(data)} bytes exceeds batch.max_file_bytes={cap}",
+                f"file of {len(data)} bytes exceeds batch_api.max_file_bytes={cap}",
                 param="file",
                 code="file_too_large",
             )
@@ -90,7 +93,6 @@ class BatchRoutes(LaneMixin):
         )
         return await asyncio.to_thread(self.lane.store.put_file, meta, data)
 
-    @router.get("/v1/files")
     async def list_files(self, request: Request) -> dict:
         check_api_key(self.api_key, request)
         files = await asyncio.to_thread(self.lane.store.list_files)
@@ -102,23 +104,20 @@ class BatchRoutes(LaneMixin):
         files.sort(key=lambda f: (f["created_at"], f["id"]), reverse=order == "desc")
         return _page(files, request)
 
-    @router.get("/v1/files/{file_id}")
     async def retrieve_file(self, file_id: str, request: Request) -> dict:
         check_api_key(self.api_key, request)
         return _file_or_404(self.lane.store, file_id)
 
-    @router.get("/v1/files/{file_id}/content")
     async def file_content(self, file_id: str, request: Request) -> Response:
         check_api_key(self.api_key, request)
         _file_or_404(self.lane.store, file_id)
         data = await asyncio.to_thread(self.lane.store.file_content, file_id)
         return Response(data, media_type="application/octet-stream")
 
-    @router.delete("/v1/files/{file_id}")
     async def delete_file(self, file_id: str, request: Request) -> dict:
         check_api_key(self.api_key, request)
         _file_or_404(self.lane.store, file_id)
-        for job in self.lane.jobs.values():
+        for job in self.runner.jobs.values():
             if job.batch["input_file_id"] == file_id and job.batch["status"] in jobs.OPEN:
                 raise ApiError(
                     409,
@@ -130,10 +129,9 @@ class BatchRoutes(LaneMixin):
         await asyncio.to_thread(self.lane.store.delete_file, file_id)
         return {"id": file_id, "object": "file", "deleted": True}
 
-    @router.post("/v1/batches")
     async def create_batch(self, request: Request) -> dict:
         check_api_key(self.api_key, request)
-        body = await read_json(request, self.config.server.max_body_bytes)
+        body = await read_json(request, self.max_body_bytes)
         for key in body:
             if key in NOT_IMPLEMENTED:
                 raise ApiError(400, f"{key} is not implemented", param=key)
@@ -142,32 +140,29 @@ class BatchRoutes(LaneMixin):
         for key in CREATE_FIELDS[:3]:
             if key not in body:
                 raise ApiError(400, f"{key} is required", param=key)
-        self.ensure_lane_running()
+        self.lane.ensure_running()
         # Reading and checking a large input file must not stall the ingress's event loop; the
         # lane sees the job once it is registered, back on the loop.
         job = await asyncio.to_thread(
-            self.lane.build,
+            self.runner.build,
             body["input_file_id"],
             body["endpoint"],
             body["completion_window"],
             body.get("metadata"),
         )
-        return self.lane.register(job)
+        return self.runner.register(job)
 
-    @router.get("/v1/batches")
     async def list_batches(self, request: Request) -> dict:
         check_api_key(self.api_key, request)
         now, wall = time.monotonic(), time.time()
-        views = [job.view(now, wall) for job in self.lane.jobs.values()]
+        views = [job.view(now, wall) for job in self.runner.jobs.values()]
         views.sort(key=lambda b: (b["created_at"], b["id"]), reverse=True)  # newest first
-        return {**_page(views, request), "tideserve": self.lane_summary()}
+        return {**_page(views, request), "tideserve": self.lane.summary()}
 
-    @router.get("/v1/batches/{batch_id}")
     async def retrieve_batch(self, batch_id: str, request: Request) -> dict:
         check_api_key(self.api_key, request)
-        return self.lane.get(batch_id).view(time.monotonic(), time.time())
+        return self.runner.get(batch_id).view(time.monotonic(), time.time())
 
-    @router.post("/v1/batches/{batch_id}/cancel")
     async def cancel_batch(self, batch_id: str, request: Request) -> dict:
         check_api_key(self.api_key, request)
-        return self.lane.cancel(batch_id)
+        return self.runner.cancel(batch_id)
