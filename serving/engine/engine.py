@@ -8,6 +8,7 @@ thread while the event loop keeps accepting requests, and the scheduler is touch
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -24,14 +25,16 @@ from serving.engine.grammar import GrammarCompiler
 from serving.engine.kv_budget import measure_cuda
 from serving.engine.ledger import KVLedger, concurrency_limit
 from serving.engine.outputs import RequestOutput, StreamDelta
+from serving.engine.prefix_cache import caching_refusal, root_hash
 from serving.engine.runner import HFRunner, PagedRunner, Runner
 from serving.engine.sampler import make_generator
 from serving.engine.sampling_params import SamplingParams
-from serving.engine.scheduler import Scheduler
+from serving.engine.scheduler import ScheduledBatch, Scheduler
 from serving.engine.sequence import RequestId, Sequence, Tier
 from serving.engine.stats import EngineStats, StatsTracker
 
 Prompt = str | Seq[int]
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,7 @@ class LLMEngine:
         self.ledger = KVLedger(
             self.pool, cfg.kv_mode, cfg.on_demand_free_fraction, cfg.max_num_batched_tokens
         )
+        self._setup_prefix_cache(cfg, mc, use_paged)
         self.scheduler = Scheduler(cfg, self.ledger)
         self.eos_token_ids = loader.eos_token_ids(model, tokenizer)
         self.vocab_size = mc.get_text_config().vocab_size
@@ -104,8 +108,25 @@ class LLMEngine:
         # Called after every step as observer.on_step(engine, now, step_s, batch, touched), on
         # the stepping thread (the concurrency tuner's window: serving/engine/tuning.py).
         self.observers: list = []
+        # Called with each ScheduledBatch right after scheduling, before the forward (so
+        # num_computed_tokens is still the context before the step), on the stepping thread
+        # (capacity/calibrate.py records each step's KV reads).
+        self.schedule_hooks: list[Callable[[ScheduledBatch], None]] = []
         self._configured_min_num_seqs = cfg.min_num_seqs
         self._driver = AsyncDriver(self)
+
+    def _setup_prefix_cache(self, cfg: EngineConfig, mc, use_paged: bool) -> None:
+        """Turn on automatic prefix caching unless the config or the model rules it out."""
+        self.prefix_caching = False
+        if not cfg.prefix_caching:
+            return
+        why_not = caching_refusal(self.pool.group_windows, use_paged)
+        if why_not is not None:
+            log.warning("prefix caching is off for this model: %s", why_not)
+            return
+        model_key = f"{getattr(mc, 'model_type', '')}:{getattr(mc, '_name_or_path', '')}"
+        self.ledger.enable_prefix_caching(root_hash(model_key, str(self.dtype)))
+        self.prefix_caching = True
 
     def _warmup_reader(self, model):
         """On CUDA: a warm-up forward of the largest step, then free memory (kv_budget.py)."""
@@ -244,6 +265,8 @@ class LLMEngine:
         t0 = time.perf_counter()
         aborted = self._drain_inbox()
         batch = self.scheduler.schedule(self.clock())
+        for hook in self.schedule_hooks:
+            hook(batch)
         sampled = self.runner.run(batch) if batch.seqs else []
         advanced = self.scheduler.postprocess(batch, sampled, self.clock())
         touched = aborted + batch.timed_out + advanced
@@ -293,6 +316,20 @@ class LLMEngine:
 
     def has_unfinished(self) -> bool:
         return bool(self._inbox) or self.scheduler.has_unfinished()
+
+    # ----- public reads of the queues (snapshots: a step may be running on another thread) ----
+    def running_requests(self) -> list[Sequence]:
+        """The sequences admitted and not finished, in admission order (read only)."""
+        return list(self.scheduler.running)  # list() copies in one C call under the GIL
+
+    def waiting_requests(self, tier: Tier | None = None) -> list[Sequence]:
+        """The queued sequences, interactive first, FIFO within a tier (read only); requests
+        submitted since the last step are not in a queue yet (see stats().waiting_by_tier)."""
+        tiers = list(Tier) if tier is None else [tier]
+        return [seq for t in tiers for seq in list(self.scheduler.waiting[t])]
+
+    def num_waiting(self, tier: Tier | None = None) -> int:
+        return self.scheduler.num_waiting(tier)
 
     # ----- convenience front ends ----------------------------------------------------------------
     def generate(
@@ -361,7 +398,7 @@ class LLMEngine:
     def stats(self) -> EngineStats:
         cfg, now = self.config, self.clock()
         running = {t.name.lower(): 0 for t in Tier}
-        for seq in list(self.scheduler.running):  # a snapshot: a step may be running
+        for seq in self.running_requests():
             running[seq.tier.name.lower()] += 1
         p50, p99 = self.tracker.queue_wait_percentiles(now)
         return EngineStats(
@@ -370,6 +407,9 @@ class LLMEngine:
             num_kv_blocks_total=self.pool.num_blocks,
             num_kv_blocks_used=self.pool.num_used_blocks,
             num_kv_blocks_reserved=self.ledger.num_reserved_blocks,
+            num_kv_blocks_cached=self.pool.num_cached_blocks,
+            prefix_cache_query_tokens=self.ledger.num_query_tokens,
+            prefix_cache_hit_tokens=self.ledger.num_hit_tokens,
             block_size_tokens=self.pool.block_size_tokens,
             concurrency_limit=concurrency_limit(
                 self.ledger.use_fraction,

@@ -26,6 +26,11 @@ class EngineStats:
     # Per tier: an interactive request is not delayed by an offline backlog (it is admitted
     # first), so its admission must not be judged by offline's long waits.
     queue_wait_p50_by_tier: dict[str, float] = field(default_factory=dict)
+    # Prefix caching: blocks no request holds that keep their KV for reuse (evictable, not in
+    # num_kv_blocks_used), and the prompt tokens looked up / found at admission, ever.
+    num_kv_blocks_cached: int = 0
+    prefix_cache_query_tokens: int = 0
+    prefix_cache_hit_tokens: int = 0
 
     @property
     def num_running(self) -> int:
@@ -34,6 +39,12 @@ class EngineStats:
     @property
     def num_waiting(self) -> int:
         return sum(self.waiting_by_tier.values())
+
+    @property
+    def prefix_cache_hit_fraction(self) -> float:
+        """Share of looked-up prompt tokens whose KV came from the cache (0 before any)."""
+        q = self.prefix_cache_query_tokens
+        return self.prefix_cache_hit_tokens / q if q else 0.0
 
     @property
     def kv_use_fraction(self) -> float:

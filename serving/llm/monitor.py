@@ -70,7 +70,7 @@ class ReplicaMonitor:
     def reading(self, pool: str, replica_id: str, fingerprint: str) -> ReplicaReading:
         engine, cfg = self.engine, self.engine.config
         stats = engine.stats()
-        running = list(engine.scheduler.running)
+        running = engine.running_requests()
         avg_len = sum(s.num_tokens for s in running) / len(running) if running else 0.0
         last = self.tuner.moves[-1][1] if self.tuner is not None and self.tuner.moves else None
         return ReplicaReading(
