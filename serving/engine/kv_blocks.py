@@ -72,6 +72,7 @@ class BlockPool:
         self._block_of: dict[bytes, int] = {}  # hash -> registered block
         self._evictable: OrderedDict[int, None] = OrderedDict()  # cached, LRU first
         self._num_committed: dict[str, int] = {}  # leading blocks of a table already offered
+        self.num_evicted_blocks = 0  # cached blocks taken for new KV, ever
 
     def enable_caching(self) -> None:
         """Keep computed full blocks for reuse; only for a single full-attention group."""
@@ -196,6 +197,7 @@ class BlockPool:
         else:
             block, _ = self._evictable.popitem(last=False)
             del self._block_of[self._hash_of.pop(block)]
+            self.num_evicted_blocks += 1
         self._refs[block] = 1
         return block
 
