@@ -91,6 +91,8 @@ class ReplicaMonitor:
             avg_seq_len_tokens=avg_len,
             num_preemptions=stats.num_preemptions,
             num_timeouts=stats.num_timeouts,
+            prefix_cache_query_tokens=stats.prefix_cache_query_tokens,
+            prefix_cache_hit_tokens=stats.prefix_cache_hit_tokens,
             window=self.last_window,
             refused_per_s=self.refused_per_s,
             tuner_last=None if last is None else f"{last.action}: {last.reason}",
