@@ -3,7 +3,8 @@
     step_s = a + b x (tokens in the step) + c x (KV tokens read in the step)
 
 The engine is driven by hand (add_request / step). To know what each step read, a hook on the
-engine (LLMEngine.schedule_hooks) sees every ScheduledBatch before the runner executes it. For row i of a batch the attention reads the KV of every token before the
+engine (LLMEngine.schedule_hooks) sees every ScheduledBatch before the runner executes it. For
+row i of a batch the attention reads the KV of every token before the
 new ones plus the new ones themselves, so
 
     KV tokens read = sum_i (seq_i.num_computed_tokens + num_new_tokens_i)

@@ -23,7 +23,6 @@ of up to `chunk_tokens`; reserve mode reserves exactly that, so growth still can
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 
 from capacity.memory import seq_blocks

@@ -76,7 +76,7 @@ def test_finished_blocks_stay_cached_and_a_new_prompt_maps_the_longest_run():
     pool.free("a")
     assert (pool.num_cached_blocks, pool.num_used_blocks, pool.num_free_blocks) == (2, 0, 8)
     pool.check_integrity()
-    again = hashes(list(range(8)) + [99, 98, 97, 96])
+    again = hashes([*list(range(8)), 99, 98, 97, 96])
     assert pool.match(again, 3) == first[:2]
     assert pool.match(again, 1) == first[:1]  # never past max_blocks
     assert pool.match(hashes([0, 1, 2, 5]), 1) == []  # block 0 differs: nothing after it counts
@@ -247,10 +247,10 @@ def test_reserve_mode_books_a_shared_block_once():
 def test_reserve_mode_admits_more_with_a_shared_prefix_and_never_preempts():
     system = [5] * 40  # 10 full blocks shared by every request
     s = make(num_blocks=40, max_num_seqs=8, min_num_seqs=8)
-    s.add(req("warm", system + [9, 7, 7], max_tokens=1))
+    s.add(req("warm", [*system, 9, 7, 7], max_tokens=1))
     run_all(s)  # the system prompt's blocks are cached, no request holds them
     for i in range(6):
-        s.add(req(f"r{i}", system + [i + 10, 7, 7], max_tokens=6))
+        s.add(req(f"r{i}", [*system, i + 10, 7, 7], max_tokens=6))
     admitted = []
     while s.has_unfinished():
         batch = step(s)

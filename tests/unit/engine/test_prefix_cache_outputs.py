@@ -103,9 +103,10 @@ def test_an_aborted_prefill_leaves_nothing_half_written_cached(model):
     engine.step()
     engine.check_integrity()
     assert engine.pool.num_cached_blocks == 2
-    again = engine.generate([prompt], SamplingParams(max_tokens=4, temperature=0))[0]
+    greedy = SamplingParams(max_tokens=4, temperature=0)
+    again = engine.generate([prompt], greedy)[0]
     fresh = LLMEngine(model, config=EngineConfig(runner="paged", prefix_caching=False))
-    assert again.token_ids == fresh.generate([prompt], SamplingParams(max_tokens=4, temperature=0))[0].token_ids
+    assert again.token_ids == fresh.generate([prompt], greedy)[0].token_ids
 
 
 def test_caching_is_off_and_logged_for_sliding_window_models(caplog):

@@ -37,7 +37,7 @@ def keys(n, seed=0):
 
 def test_every_turn_of_a_conversation_has_the_key_of_its_first_tokens():
     turn1 = list(range(20))
-    turn2 = turn1 + [55, 66, 77]
+    turn2 = [*turn1, 55, 66, 77]
     assert prefix_key(turn1, 16) == prefix_key(turn2, 16)
     assert prefix_key([1, *turn1[1:]], 16) != prefix_key(turn1, 16)
     assert prefix_key([], 16) is None
