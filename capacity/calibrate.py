@@ -4,8 +4,8 @@
 
 The engine is driven by hand (add_request / step). To know what each step read, a hook on the
 engine (LLMEngine.schedule_hooks) sees every ScheduledBatch before the runner executes it. For
-row i of a batch the attention reads the KV of every token before the
-new ones plus the new ones themselves, so
+row i of a batch the attention reads the KV of every token before the new ones plus the new ones
+themselves, so
 
     KV tokens read = sum_i (seq_i.num_computed_tokens + num_new_tokens_i)
 
