@@ -8,7 +8,6 @@ thread while the event loop keeps accepting requests, and the scheduler is touch
 from __future__ import annotations
 
 import itertools
-import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -23,18 +22,17 @@ from serving.engine.driver import AsyncDriver
 from serving.engine.features import check_model
 from serving.engine.grammar import GrammarCompiler
 from serving.engine.kv_budget import measure_cuda
-from serving.engine.ledger import KVLedger, concurrency_limit
+from serving.engine.ledger import KVLedger
 from serving.engine.outputs import RequestOutput, StreamDelta
-from serving.engine.prefix_cache import caching_refusal, root_hash
+from serving.engine.prefix_cache import setup_prefix_cache
 from serving.engine.runner import HFRunner, PagedRunner, Runner
 from serving.engine.sampler import make_generator
 from serving.engine.sampling_params import SamplingParams
 from serving.engine.scheduler import ScheduledBatch, Scheduler
 from serving.engine.sequence import RequestId, Sequence, Tier
-from serving.engine.stats import EngineStats, StatsTracker
+from serving.engine.stats import EngineStats, StatsTracker, engine_stats
 
 Prompt = str | Seq[int]
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +84,7 @@ class LLMEngine:
         self.ledger = KVLedger(
             self.pool, cfg.kv_mode, cfg.on_demand_free_fraction, cfg.max_num_batched_tokens
         )
-        self._setup_prefix_cache(cfg, mc, use_paged)
+        self.prefix_caching = setup_prefix_cache(self.ledger, cfg, mc, str(self.dtype), use_paged)
         self.scheduler = Scheduler(cfg, self.ledger)
         self.eos_token_ids = loader.eos_token_ids(model, tokenizer)
         self.vocab_size = mc.get_text_config().vocab_size
@@ -114,19 +112,6 @@ class LLMEngine:
         self.schedule_hooks: list[Callable[[ScheduledBatch], None]] = []
         self._configured_min_num_seqs = cfg.min_num_seqs
         self._driver = AsyncDriver(self)
-
-    def _setup_prefix_cache(self, cfg: EngineConfig, mc, use_paged: bool) -> None:
-        """Turn on automatic prefix caching unless the config or the model rules it out."""
-        self.prefix_caching = False
-        if not cfg.prefix_caching:
-            return
-        why_not = caching_refusal(self.pool.group_windows, use_paged)
-        if why_not is not None:
-            log.warning("prefix caching is off for this model: %s", why_not)
-            return
-        model_key = f"{getattr(mc, 'model_type', '')}:{getattr(mc, '_name_or_path', '')}"
-        self.ledger.enable_prefix_caching(root_hash(model_key, str(self.dtype)))
-        self.prefix_caching = True
 
     def _warmup_reader(self, model):
         """On CUDA: a warm-up forward of the largest step, then free memory (kv_budget.py)."""
@@ -396,38 +381,9 @@ class LLMEngine:
 
     # ----- introspection -------------------------------------------------------------------------
     def stats(self) -> EngineStats:
-        cfg, now = self.config, self.clock()
-        running = {t.name.lower(): 0 for t in Tier}
-        for seq in self.running_requests():
-            running[seq.tier.name.lower()] += 1
-        p50, p99 = self.tracker.queue_wait_percentiles(now)
-        return EngineStats(
-            running_by_tier=running,
-            waiting_by_tier=self._waiting_by_tier(),
-            num_kv_blocks_total=self.pool.num_blocks,
-            num_kv_blocks_used=self.pool.num_used_blocks,
-            num_kv_blocks_reserved=self.ledger.num_reserved_blocks,
-            num_kv_blocks_cached=self.pool.num_cached_blocks,
-            prefix_cache_query_tokens=self.ledger.num_query_tokens,
-            prefix_cache_hit_tokens=self.ledger.num_hit_tokens,
-            block_size_tokens=self.pool.block_size_tokens,
-            concurrency_limit=concurrency_limit(
-                self.ledger.use_fraction,
-                cfg.min_num_seqs,
-                cfg.max_num_seqs,
-                cfg.kv_low_watermark,
-                cfg.kv_high_watermark,
-            ),
-            tokens_per_s=self.tracker.tokens_per_s(now),
-            queue_wait_p50_s=p50,
-            queue_wait_p99_s=p99,
-            num_preemptions=self.tracker.num_preemptions,
-            num_finished=self.tracker.num_finished,
-            num_timeouts=self.tracker.num_timeouts,
-            queue_wait_p50_by_tier=self.tracker.queue_wait_p50_by_tier(now),
-        )
+        return engine_stats(self, self.clock())
 
-    def _waiting_by_tier(self) -> dict[str, int]:
+    def waiting_by_tier(self) -> dict[str, int]:
         """Queued requests per tier, counting those submitted since the last step: admission
         decisions made between two steps must see each other, or a burst would all pass."""
         waiting = {t.name.lower(): self.scheduler.num_waiting(t) for t in Tier}

@@ -13,8 +13,12 @@ prompt's KV. The router hashes the same way (serving/llm/router.py), across proc
 from __future__ import annotations
 
 import hashlib
+import logging
 from array import array
 from collections.abc import Sequence
+from typing import Any
+
+log = logging.getLogger(__name__)
 
 DIGEST_BYTES = 16  # 128 bits: a collision in any pool is out of reach
 
@@ -54,3 +58,18 @@ def caching_refusal(group_windows: tuple[int | None, ...], paged: bool) -> str |
     if group_windows != (None,):
         return f"the model has sliding-window paging groups (windows {group_windows})"
     return None
+
+
+def setup_prefix_cache(ledger: Any, cfg: Any, model_config: Any, dtype: str, paged: bool) -> bool:
+    """Turn on prefix caching in `ledger` unless the config or the model rules it out (then
+    say why in the log); returns whether it is on."""
+    if not cfg.prefix_caching:
+        return False
+    why_not = caching_refusal(ledger.pool.group_windows, paged)
+    if why_not is not None:
+        log.warning("prefix caching is off for this model: %s", why_not)
+        return False
+    mc = model_config
+    model_key = f"{getattr(mc, 'model_type', '')}:{getattr(mc, '_name_or_path', '')}"
+    ledger.enable_prefix_caching(root_hash(model_key, dtype))
+    return True
