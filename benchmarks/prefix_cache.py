@@ -163,53 +163,62 @@ def run_instruction_engine(engine, prompts, max_tokens: int) -> dict:
 
 
 # ----- routing simulation -------------------------------------------------------------------------
-def simulate_routing(order, num_blocks: int, block: int) -> dict:
+def simulate_routing(order, num_blocks: int, block: int, system_tokens: int) -> dict:
     """Hit rates of the chat's (prompt, reply) pairs in submission order, each request's blocks
-    (prompt and reply) cached when it ends, on 1 replica, 2 by prefix affinity, 2 round-robin."""
+    (prompt and reply) cached when it ends, on 1 replica, 2 by prefix affinity (the default
+    key length, and one that reaches past the shared system prompt), 2 round-robin; with the
+    largest share of requests one replica got."""
     from serving.engine.kv_blocks import BlockPool, Refused
     from serving.engine.prefix_cache import extend_block_hashes, root_hash
     from serving.llm.prefix_affinity import AffinityBound
     from serving.llm.router import prefix_affinity_ranks
 
     root = root_hash("sim", "float32")
-    bound = AffinityBound()
 
-    def run(num_replicas: int, policy: str) -> float:
+    def run(num_replicas: int, prefix_tokens: int | None) -> dict:
+        bound = AffinityBound(prefix_tokens=prefix_tokens or 1)
         pools = [BlockPool(num_blocks, block) for _ in range(num_replicas)]
         for p in pools:
             p.enable_caching()
         queried = hit = 0
+        counts = [0] * num_replicas
         for i, (prompt, reply) in enumerate(order):
-            if policy == "affinity":
-                ranks = prefix_affinity_ranks(
-                    prompt, [(k, f"replica-{k}", None) for k in range(num_replicas)], bound
-                )
-                k = ranks[0][0]
-            else:
+            if prefix_tokens is None:  # round-robin
                 k = i % num_replicas
-            pool = pools[k]
-            full = prompt + reply
+            else:
+                replicas = [(k, f"replica-{k}", None) for k in range(num_replicas)]
+                k = prefix_affinity_ranks(prompt, replicas, bound)[0][0]
+            counts[k] += 1
+            pool, full, sid = pools[k], prompt + reply, f"r{i}"
             hs = extend_block_hashes([], full, block, root)
             cached = pool.match(hs, (len(prompt) - 1) // block)
             queried += len(prompt)
             hit += len(cached) * block
-            sid = f"r{i}"
             pool.share(sid, cached)
             if not isinstance(pool.grow(sid, len(full)), Refused):
                 pool.commit(sid, hs, len(full))
             pool.free(sid)
-        return hit / queried
+        return {"hit_fraction": round(hit / queried, 4), "max_share": max(counts) / len(order)}
 
-    one, two, rr = run(1, "affinity"), run(2, "affinity"), run(2, "round_robin")
+    default = AffinityBound().prefix_tokens
+    one = run(1, default)
+    two = run(2, default)
+    past = run(2, system_tokens + 16)
+    rr = run(2, None)
     return {
         "method": "simulation: the chat's prompts in the engine's submission order, routed by "
-        "PrefixAffinityRouter's pure choice (serving/llm/router.py, default bound, replicas "
-        "idle) onto BlockPools of the engine's size with prefix caching; each request's blocks "
-        "are cached (prompt and reply) when it ends",
-        "hit_fraction_one_replica": round(one, 4),
-        "hit_fraction_two_replicas_affinity": round(two, 4),
-        "hit_fraction_two_replicas_round_robin": round(rr, 4),
-        "affinity_over_one": round(two / one, 4) if one else None,
+        "PrefixAffinityRouter's pure choice (serving/llm/router.py; replicas report no load, "
+        "so the bound never spills) onto BlockPools of the engine's size with prefix caching; "
+        "each request's blocks (prompt and reply) are cached when it ends. max_share: the "
+        "largest share of requests one replica got (0.5 = even)",
+        "one_replica": one,
+        f"two_replicas_affinity_prefix_{default}_tokens": two,
+        f"two_replicas_affinity_prefix_{system_tokens + 16}_tokens": past,
+        "two_replicas_round_robin": rr,
+        "affinity_over_one_default_key": round(two["hit_fraction"] / one["hit_fraction"], 4),
+        "affinity_over_one_key_past_system_prompt": round(
+            past["hit_fraction"] / one["hit_fraction"], 4
+        ),
     }
 
 
@@ -278,7 +287,7 @@ def vllm_complete(port: int, model: str, prompt: list[int], max_tokens: int):
 def run_chat_vllm(port: int, model: str, system, users, max_tokens: int) -> dict:
     ttft: list[tuple[int, float]] = []
     lock = threading.Lock()
-    counted = [0]
+    counted, short = [0], [0]  # tokens received; replies shorter than asked (none expected)
 
     def conversation(c: int) -> None:
         history = list(system)
@@ -288,7 +297,8 @@ def run_chat_vllm(port: int, model: str, system, users, max_tokens: int) -> dict
             history += tokens
             with lock:
                 ttft.append((t, first))
-                counted[0] += max_tokens
+                counted[0] += len(tokens)
+                short[0] += len(tokens) != max_tokens
 
     t0 = time.perf_counter()
     threads = [threading.Thread(target=conversation, args=(c,)) for c in range(len(users))]
@@ -305,6 +315,7 @@ def run_chat_vllm(port: int, model: str, system, users, max_tokens: int) -> dict
         "ttft_p99_turns2plus_s": round(percentile(later, 99), 4),
         "ttft_p50_turn1_s": round(percentile([t for k, t in ttft if k == 0], 50), 4),
         "client": "HTTP, one thread per conversation, streaming /v1/completions",
+        "num_replies_not_max_tokens": short[0],
     }
 
 
@@ -330,20 +341,22 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", default=None)
     ap.add_argument("--model", default=None, help="model dir (default: the embedded SmolLM2)")
-    ap.add_argument("--convs", type=int, default=32)
-    ap.add_argument("--turns", type=int, default=6)
-    ap.add_argument("--system-tokens", type=int, default=256)
-    ap.add_argument("--user-tokens", type=int, default=48)
-    ap.add_argument("--max-tokens", type=int, default=24)
-    ap.add_argument("--inst-requests", type=int, default=48)
-    ap.add_argument("--inst-tokens", type=int, default=768)
+    ap.add_argument("--convs", type=int, default=16)
+    ap.add_argument("--turns", type=int, default=4)
+    ap.add_argument("--system-tokens", type=int, default=192)
+    ap.add_argument("--user-tokens", type=int, default=32)
+    ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--inst-requests", type=int, default=24)
+    ap.add_argument("--inst-tokens", type=int, default=512)
     ap.add_argument("--num-kv-blocks", type=int, default=1536)
     ap.add_argument("--vllm", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--vllm-port", type=int, default=8934)
     ap.add_argument("--vllm-python", default=default_vllm_python())
     args = ap.parse_args()
+    # A timeout's SIGTERM unwinds like an error, so the vLLM server started here is stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.quick:
-        args.convs, args.turns, args.inst_requests = 8, 3, 12
+        args.convs, args.turns, args.inst_requests = 6, 3, 8
     torch.set_num_threads(1)  # one model thread, as vLLM's CPU build is given here
     if args.model is None:
         from serving.model_source import embedded_model_dir
@@ -373,7 +386,7 @@ def main() -> None:
         inst[name] = run_instruction_engine(engine, prompts, args.max_tokens)
         del engine
     block = 16
-    routing = simulate_routing(chat["on"]["_order"], args.num_kv_blocks, block)
+    routing = simulate_routing(chat["on"]["_order"], args.num_kv_blocks, block, args.system_tokens)
     same_chat = chat["on"].pop("_replies") == chat["off"].pop("_replies")
     same_inst = inst["on"].pop("_outputs") == inst["off"].pop("_outputs")
     chat["on"].pop("_order"), chat["off"].pop("_order")
