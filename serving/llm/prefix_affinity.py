@@ -30,16 +30,21 @@ DEFAULT_PREFIX_TOKENS = 128
 @dataclass(frozen=True, slots=True)
 class AffinityBound:
     """When the preferred replica is too busy to wait for: more than `max_waiting` requests
-    queued there, or KV use (busy / total blocks) at `max_kv_use_fraction` or more."""
+    queued there, KV use (busy / total blocks) at `max_kv_use_fraction` or more, or more than
+    `max_imbalance` requests (running + waiting) beyond the least-loaded replica (a prefix
+    that every request shares, such as a long system prompt, would otherwise send all of
+    them to one replica while another idles)."""
 
     prefix_tokens: int = DEFAULT_PREFIX_TOKENS
     max_waiting: int = 4
     max_kv_use_fraction: float = 0.9
+    max_imbalance: int = 8
 
     def __post_init__(self) -> None:
         for name, value, lo in (
             ("prefix_tokens", self.prefix_tokens, 1),
             ("max_waiting", self.max_waiting, 0),
+            ("max_imbalance", self.max_imbalance, 0),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < lo:
                 raise ValueError(f"AffinityBound.{name}={value!r} must be an integer >= {lo}")
@@ -94,4 +99,17 @@ def affinity_choice(
         return None
     by_id = {rid: (replica, stats) for replica, rid, stats in replicas}
     replica, stats = by_id[preferred(key, list(by_id))]
-    return None if over_bound(stats, bound) else replica
+    if over_bound(stats, bound):
+        return None
+    least = min(_load(s) for _, _, s in replicas)
+    return None if _load(stats) - least > bound.max_imbalance else replica
+
+
+def _load(routing_stats: Mapping[str, Any] | None) -> float:
+    """Requests a replica holds (running + waiting); 0 without stats (a new replica)."""
+    if not routing_stats:
+        return 0.0
+    try:
+        return float(routing_stats["num_running"]) + float(routing_stats["num_waiting"])
+    except (KeyError, TypeError, ValueError):
+        return 0.0

@@ -265,9 +265,9 @@ class PrefixAffinityRouter(_ReadsRoutingStats, RequestRouter):
     """Serve request router: the replica that probably caches the prompt's prefix, unless it is
     past the bound, then the most KV headroom (KVHeadroomRouter).
 
-    request_router_kwargs: band_fraction, prefix_tokens, max_waiting, max_kv_use_fraction
-    (AffinityBound). Not FIFO: the choice depends on the request, so Serve matches each
-    routing task's replica to its own request.
+    request_router_kwargs: band_fraction, prefix_tokens, max_waiting, max_kv_use_fraction,
+    max_imbalance (AffinityBound). Not FIFO: the choice depends on the request, so Serve
+    matches each routing task's replica to its own request.
     """
 
     band_fraction: float = DEFAULT_BAND_FRACTION
@@ -278,7 +278,7 @@ class PrefixAffinityRouter(_ReadsRoutingStats, RequestRouter):
         self._warned_replica_ids = set()
 
     def initialize_state(self, band_fraction: float = DEFAULT_BAND_FRACTION, **kwargs: Any) -> None:
-        allowed = ("prefix_tokens", "max_waiting", "max_kv_use_fraction")
+        allowed = ("prefix_tokens", "max_waiting", "max_kv_use_fraction", "max_imbalance")
         unknown = sorted(set(kwargs) - set(allowed))
         if unknown:
             raise ValueError(

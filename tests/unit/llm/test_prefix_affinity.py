@@ -19,14 +19,14 @@ from serving.llm.router import prefix_affinity_ranks
 BOUND = AffinityBound(prefix_tokens=8, max_waiting=2, max_kv_use_fraction=0.9)
 
 
-def stats(waiting=0, free=900, total=1000):
+def stats(waiting=0, free=900, total=1000, running=1):
     return {
         "kv_free_tokens": free,
         "kv_reserved_tokens": total - free,
         "kv_total_tokens": total,
         "queued_tokens": 0,
         "num_waiting": waiting,
-        "num_running": 1,
+        "num_running": running,
     }
 
 
@@ -96,3 +96,13 @@ def test_bound_settings_are_validated_by_name():
         AffinityBound(prefix_tokens=0)
     with pytest.raises(ValueError, match="max_kv_use_fraction"):
         AffinityBound(max_kv_use_fraction=1.5)
+
+
+def test_a_prefix_every_request_shares_cannot_pile_them_onto_one_replica():
+    prompt = list(range(8))
+    home = preferred(prefix_key(prompt, 8), ["a", "b"])
+    other = "b" if home == "a" else "a"
+    balanced = [(home, home, stats(running=9)), (other, other, stats(running=1))]
+    assert affinity_choice(prefix_key(prompt, 8), balanced, BOUND) == home  # 8 more: allowed
+    piled = [(home, home, stats(running=10)), (other, other, stats(running=1))]
+    assert affinity_choice(prefix_key(prompt, 8), piled, BOUND) is None  # 9 more: spills
