@@ -1,4 +1,4 @@
-"""Automatic prefix caching (issue 34): multi-turn chats and a shared long instruction, cache on
+"""Automatic prefix caching: multi-turn chats and a shared long instruction, cache on
 vs off, the routed hit rate of two replicas, and vLLM's CPU server with its prefix caching on.
 
 Workloads (token ids, SmolLM2-135M-Instruct, the embedded default model, float32, one model
@@ -49,6 +49,16 @@ from common.stats import percentile
 
 SEED = 34
 VLLM_LOG = Path(tempfile.gettempdir()) / "prefix_cache_vllm.log"
+
+
+def simd_flags() -> list[str]:
+    """The CPU's vector flags that decide kernel speed (AVX2, FMA, AVX-512*, AMX)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = next(line for line in f if line.startswith("flags")).split(":", 1)[1].split()
+    except (OSError, StopIteration):
+        return []
+    return sorted(f for f in flags if f.startswith(("avx", "fma", "amx")))
 
 
 def default_vllm_python() -> str:
@@ -371,8 +381,9 @@ def main() -> None:
     prompts = instruction_workload(args.inst_requests, args.inst_tokens, vocab)
     report: dict = {
         "benchmark": "prefix_cache",
-        "machine": machine_info("cpu", "float32"),
-        "args": vars(args),
+        "machine": {**machine_info("cpu", "float32"), "cpu_flags": simd_flags()},
+        # paths name a machine: the model by its folder's name, vLLM's interpreter not at all
+        "args": {**vars(args), "model": Path(args.model).name, "vllm_python": "(local)"},
         "notes": "tideserve in process (LLMEngine, no HTTP); vLLM over HTTP on 127.0.0.1",
     }
     chat, inst = {}, {}
