@@ -2,10 +2,10 @@
 
     step_s = a + b x (tokens in the step) + c x (KV tokens read in the step)
 
-The engine is driven by hand (add_request / step). To know what each step read, the engine's
-scheduler.schedule is wrapped on that one engine instance so every ScheduledBatch is seen before
-the runner executes it. For row i of a batch the attention reads the KV of every token before the
-new ones plus the new ones themselves, so
+The engine is driven by hand (add_request / step). To know what each step read, a hook on the
+engine (LLMEngine.schedule_hooks) sees every ScheduledBatch before the runner executes it. For
+row i of a batch the attention reads the KV of every token before the new ones plus the new ones
+themselves, so
 
     KV tokens read = sum_i (seq_i.num_computed_tokens + num_new_tokens_i)
 
@@ -159,25 +159,21 @@ def model_summary(model_config) -> dict[str, Any]:
 
 
 class StepRecorder:
-    """Wraps one engine's scheduler.schedule to record each batch's KV tokens read."""
+    """Records each batch's KV tokens read, through the engine's schedule hook."""
 
     def __init__(self, engine) -> None:
         self.engine = engine
         self.kv_reads: list[int] = []
-        inner = engine.scheduler.schedule
+        engine.schedule_hooks.append(self._on_schedule)
 
-        def schedule(now):
-            batch = inner(now)
-            if batch.seqs:
-                self.kv_reads.append(
-                    sum(
-                        s.num_computed_tokens + n
-                        for s, n in zip(batch.seqs, batch.num_new_tokens, strict=True)
-                    )
+    def _on_schedule(self, batch) -> None:
+        if batch.seqs:  # before the forward: num_computed_tokens is each row's context
+            self.kv_reads.append(
+                sum(
+                    s.num_computed_tokens + n
+                    for s, n in zip(batch.seqs, batch.num_new_tokens, strict=True)
                 )
-            return batch
-
-        engine.scheduler.schedule = schedule
+            )
 
     def points(self, since_log: int = 0, since_kv: int = 0) -> list[StepPoint]:
         log = list(self.engine.step_log)[since_log:]

@@ -18,6 +18,8 @@ from serving.config.front_door import front_door
 from serving.llm.autoscaling_stats import config_crc
 
 ROUTER = "serving.llm.router:KVHeadroomRouter"
+# With prefix caching on, a prompt goes where its prefix is probably cached (decision 9).
+PREFIX_ROUTER = "serving.llm.router:PrefixAffinityRouter"
 # Deployment name -> environment variables for its replicas (what an operator sets with a
 # runtime_env; the fault tests use it to break one pool only).
 RuntimeEnvs = Mapping[str, Mapping[str, str]]
@@ -45,7 +47,8 @@ def _replica_options(cfg: AppConfig, pool: str, num_replicas: int, resources: di
     return {
         **_deployment_options(cfg, pool, num_replicas, resources),
         "request_router_config": RequestRouterConfig(
-            request_router_class=ROUTER, request_routing_stats_period_s=2.0
+            request_router_class=PREFIX_ROUTER if cfg.engine.prefix_caching else ROUTER,
+            request_routing_stats_period_s=2.0,
         ),
     }
 

@@ -87,6 +87,11 @@ class EngineConfig:
     # a block mask built from the block tables (serving/engine/flex_decode.py); auto: flex on
     # CUDA when its start-up check against gather passes, gather elsewhere.
     decode_attention: str = "auto"
+    # Automatic prefix caching (decision 9): computed full KV blocks stay cached after their
+    # request ends (evicted least-recently-used when the pool needs them), and a new request
+    # skips the longest cached run of its prompt. Off by itself (logged) for models with
+    # sliding-window layers and for the plain hf runner.
+    prefix_caching: bool = True
 
     def __post_init__(self) -> None:
         check_choice(_OWNER, "kv_mode", self.kv_mode, KV_MODES)
@@ -133,6 +138,10 @@ class EngineConfig:
         if not isinstance(self.cpu_packed_linear, bool):
             raise ValueError(
                 f"{_OWNER}.cpu_packed_linear={self.cpu_packed_linear!r} must be true or false"
+            )
+        if not isinstance(self.prefix_caching, bool):
+            raise ValueError(
+                f"{_OWNER}.prefix_caching={self.prefix_caching!r} must be true or false"
             )
         if not isinstance(self.tuner, bool):
             raise ValueError(f"{_OWNER}.tuner={self.tuner!r} must be true or false")

@@ -22,14 +22,15 @@ from serving.engine.driver import AsyncDriver
 from serving.engine.features import check_model
 from serving.engine.grammar import GrammarCompiler
 from serving.engine.kv_budget import measure_cuda
-from serving.engine.ledger import KVLedger, concurrency_limit
+from serving.engine.ledger import KVLedger
 from serving.engine.outputs import RequestOutput, StreamDelta
+from serving.engine.prefix_cache import setup_prefix_cache
 from serving.engine.runner import HFRunner, PagedRunner, Runner
 from serving.engine.sampler import make_generator
 from serving.engine.sampling_params import SamplingParams
-from serving.engine.scheduler import Scheduler
+from serving.engine.scheduler import ScheduledBatch, Scheduler
 from serving.engine.sequence import RequestId, Sequence, Tier
-from serving.engine.stats import EngineStats, StatsTracker
+from serving.engine.stats import EngineStats, StatsTracker, engine_stats
 
 Prompt = str | Seq[int]
 
@@ -83,6 +84,7 @@ class LLMEngine:
         self.ledger = KVLedger(
             self.pool, cfg.kv_mode, cfg.on_demand_free_fraction, cfg.max_num_batched_tokens
         )
+        self.prefix_caching = setup_prefix_cache(self.ledger, cfg, mc, str(self.dtype), use_paged)
         self.scheduler = Scheduler(cfg, self.ledger)
         self.eos_token_ids = loader.eos_token_ids(model, tokenizer)
         self.vocab_size = mc.get_text_config().vocab_size
@@ -104,6 +106,10 @@ class LLMEngine:
         # Called after every step as observer.on_step(engine, now, step_s, batch, touched), on
         # the stepping thread (the concurrency tuner's window: serving/engine/tuning.py).
         self.observers: list = []
+        # Called with each ScheduledBatch right after scheduling, before the forward (so
+        # num_computed_tokens is still the context before the step), on the stepping thread
+        # (capacity/calibrate.py records each step's KV reads).
+        self.schedule_hooks: list[Callable[[ScheduledBatch], None]] = []
         self._configured_min_num_seqs = cfg.min_num_seqs
         self._driver = AsyncDriver(self)
 
@@ -244,6 +250,8 @@ class LLMEngine:
         t0 = time.perf_counter()
         aborted = self._drain_inbox()
         batch = self.scheduler.schedule(self.clock())
+        for hook in self.schedule_hooks:
+            hook(batch)
         sampled = self.runner.run(batch) if batch.seqs else []
         advanced = self.scheduler.postprocess(batch, sampled, self.clock())
         touched = aborted + batch.timed_out + advanced
@@ -293,6 +301,20 @@ class LLMEngine:
 
     def has_unfinished(self) -> bool:
         return bool(self._inbox) or self.scheduler.has_unfinished()
+
+    # ----- public reads of the queues (snapshots: a step may be running on another thread) ----
+    def running_requests(self) -> list[Sequence]:
+        """The sequences admitted and not finished, in admission order (read only)."""
+        return list(self.scheduler.running)  # list() copies in one C call under the GIL
+
+    def waiting_requests(self, tier: Tier | None = None) -> list[Sequence]:
+        """The queued sequences, interactive first, FIFO within a tier (read only); requests
+        submitted since the last step are not in a queue yet (see stats().waiting_by_tier)."""
+        tiers = list(Tier) if tier is None else [tier]
+        return [seq for t in tiers for seq in list(self.scheduler.waiting[t])]
+
+    def num_waiting(self, tier: Tier | None = None) -> int:
+        return self.scheduler.num_waiting(tier)
 
     # ----- convenience front ends ----------------------------------------------------------------
     def generate(
@@ -359,35 +381,9 @@ class LLMEngine:
 
     # ----- introspection -------------------------------------------------------------------------
     def stats(self) -> EngineStats:
-        cfg, now = self.config, self.clock()
-        running = {t.name.lower(): 0 for t in Tier}
-        for seq in list(self.scheduler.running):  # a snapshot: a step may be running
-            running[seq.tier.name.lower()] += 1
-        p50, p99 = self.tracker.queue_wait_percentiles(now)
-        return EngineStats(
-            running_by_tier=running,
-            waiting_by_tier=self._waiting_by_tier(),
-            num_kv_blocks_total=self.pool.num_blocks,
-            num_kv_blocks_used=self.pool.num_used_blocks,
-            num_kv_blocks_reserved=self.ledger.num_reserved_blocks,
-            block_size_tokens=self.pool.block_size_tokens,
-            concurrency_limit=concurrency_limit(
-                self.ledger.use_fraction,
-                cfg.min_num_seqs,
-                cfg.max_num_seqs,
-                cfg.kv_low_watermark,
-                cfg.kv_high_watermark,
-            ),
-            tokens_per_s=self.tracker.tokens_per_s(now),
-            queue_wait_p50_s=p50,
-            queue_wait_p99_s=p99,
-            num_preemptions=self.tracker.num_preemptions,
-            num_finished=self.tracker.num_finished,
-            num_timeouts=self.tracker.num_timeouts,
-            queue_wait_p50_by_tier=self.tracker.queue_wait_p50_by_tier(now),
-        )
+        return engine_stats(self, self.clock())
 
-    def _waiting_by_tier(self) -> dict[str, int]:
+    def waiting_by_tier(self) -> dict[str, int]:
         """Queued requests per tier, counting those submitted since the last step: admission
         decisions made between two steps must see each other, or a burst would all pass."""
         waiting = {t.name.lower(): self.scheduler.num_waiting(t) for t in Tier}

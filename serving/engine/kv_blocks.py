@@ -14,12 +14,23 @@ ids (serving/engine/attention.py).
 
   entry j of a table (tokens j*bs .. j*bs+bs-1):  trimmed (NULL) | live ... | live (last)
   trimmed while its last token is older than the window of the next query: (j+1)*bs <= c-w+1
+
+Prefix caching (decision 9; serving/engine/prefix_cache.py; single full-attention group only):
+every block has a reference count, the number of tables holding it. A full block whose KV is
+computed is registered under its chained hash (`commit`); a new sequence maps the longest
+registered run of its prompt (`match`, `share`). A block whose count falls to 0 stays registered
+and becomes evictable (least recently freed first); `_take` hands out never-registered free
+blocks first, then evicts. Every block is in exactly one state:
+
+  free       count 0, no hash                  in _free
+  cached     count 0, hash registered          in _evictable (LRU order)
+  used       count >= 1 (hash or not)          in one table or more
 """
 
 from __future__ import annotations
 
 from array import array
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from capacity.memory import blocks_for_tokens
@@ -54,6 +65,23 @@ class BlockPool:
         self._maps = [None] + [
             array("q", [self.null_block] * (num_blocks + 1)) for _ in group_windows[1:]
         ]
+        self._refs = [0] * num_blocks  # tables holding each block
+        self.num_extra_refs = 0  # sum over used blocks of (count - 1): shared holdings
+        self.caching = False
+        self._hash_of: dict[int, bytes] = {}  # registered block -> its hash
+        self._block_of: dict[bytes, int] = {}  # hash -> registered block
+        self._evictable: OrderedDict[int, None] = OrderedDict()  # cached, LRU first
+        self._num_committed: dict[str, int] = {}  # leading blocks of a table already offered
+        self.num_evicted_blocks = 0  # cached blocks taken for new KV, ever
+
+    def enable_caching(self) -> None:
+        """Keep computed full blocks for reuse; only for a single full-attention group."""
+        if self.group_windows != (None,):
+            raise ValueError(
+                f"prefix caching needs one full-attention paging group; this pool has windows "
+                f"{self.group_windows}"
+            )
+        self.caching = True
 
     @property
     def null_block(self) -> int:
@@ -66,11 +94,21 @@ class BlockPool:
 
     @property
     def num_free_blocks(self) -> int:
-        return len(self._free)
+        """Blocks a grow may take: never-registered ones, then cached ones (evicted)."""
+        return len(self._free) + len(self._evictable)
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Blocks no table holds that keep their KV for reuse (evictable)."""
+        return len(self._evictable)
 
     @property
     def num_used_blocks(self) -> int:
-        return self.num_blocks - len(self._free)
+        """Distinct blocks held by tables (a block shared by several counts once)."""
+        return self.num_blocks - self.num_free_blocks
+
+    def ref_count(self, block: int) -> int:
+        return self._refs[block]
 
     def table(self, seq_id: str, group: int = 0) -> list[int]:
         return self._tables[group].get(seq_id, [])
@@ -102,12 +140,12 @@ class BlockPool:
         """Extend every group's table of `seq_id` to hold `num_tokens` tokens; all or nothing.
         Returns group 0's table."""
         need = self.blocks_to_grow(seq_id, num_tokens)
-        if need > len(self._free):
-            return Refused(need, len(self._free))
+        if need > self.num_free_blocks:
+            return Refused(need, self.num_free_blocks)
         want = blocks_for_tokens(num_tokens, self.block_size_tokens)
         first = self._tables[0].setdefault(seq_id, [])
         start = len(first)
-        pop = self._free.popleft
+        pop = self._take
         for tables in self._tables:
             table = tables.setdefault(seq_id, [])
             while len(table) < want:
@@ -129,7 +167,7 @@ class BlockPool:
                 max(0, num_computed_tokens - window + 1) // self.block_size_tokens, len(table)
             )
             for j in range(done, upto):
-                self._free.append(table[j])
+                self._drop(table[j])
                 if g:  # group 0's page j (if still live) no longer maps to a page here
                     self.group_map(g)[self._tables[0][seq_id][j]] = self.null_block
                 table[j] = self.null_block
@@ -139,25 +177,110 @@ class BlockPool:
         return freed
 
     def free(self, seq_id: str) -> int:
-        """Return all blocks of `seq_id` to the pool; returns how many."""
+        """Drop every block `seq_id` holds; returns how many it held. Blocks still held by
+        another table stay used; registered ones become cached (evictable); the rest free."""
         freed = 0
+        self._num_committed.pop(seq_id, None)
         for tables, trimmed in self._groups():
             table = tables.pop(seq_id, [])
             live = table[trimmed.pop(seq_id, 0) :]
-            self._free.extend(live)
+            for block in reversed(live):  # the tail is evicted before the prefix it extends
+                self._drop(block)
             freed += len(live)
         return freed
 
+    def _take(self) -> int:
+        """One block for a growing table: a never-registered free one, else the least recently
+        cached one (its hash is forgotten: its KV is about to be overwritten)."""
+        if self._free:
+            block = self._free.popleft()
+        else:
+            block, _ = self._evictable.popitem(last=False)
+            del self._block_of[self._hash_of.pop(block)]
+            self.num_evicted_blocks += 1
+        self._refs[block] = 1
+        return block
+
+    def _drop(self, block: int) -> None:
+        """A table lets go of `block`."""
+        self._refs[block] -= 1
+        if self._refs[block] > 0:
+            self.num_extra_refs -= 1
+        elif block in self._hash_of:
+            self._evictable[block] = None
+        else:
+            self._free.append(block)
+
+    # ----- prefix caching ----------------------------------------------------------------
+    def match(self, hashes: list[bytes], max_blocks: int) -> list[int]:
+        """The registered blocks of the longest run of `hashes[:max_blocks]`, in order."""
+        if not self.caching:
+            return []
+        blocks = []
+        for h in hashes[:max_blocks]:
+            block = self._block_of.get(h)
+            if block is None:
+                break
+            blocks.append(block)
+        return blocks
+
+    def num_live_shared(self, blocks: list[int]) -> int:
+        """How many of `blocks` some table already holds (mapping them takes no free block)."""
+        return sum(1 for b in blocks if self._refs[b] > 0)
+
+    def share(self, seq_id: str, blocks: list[int]) -> None:
+        """Start `seq_id`'s table with cached `blocks` (from `match`; it must hold none)."""
+        assert not self.table(seq_id), f"{seq_id} already holds blocks"
+        if not blocks:
+            return
+        for block in blocks:
+            if self._refs[block] == 0:
+                del self._evictable[block]
+            else:
+                self.num_extra_refs += 1
+            self._refs[block] += 1
+        self._tables[0][seq_id] = list(blocks)
+        self._num_committed[seq_id] = len(blocks)
+
+    def commit(self, seq_id: str, hashes: list[bytes], num_computed_tokens: int) -> int:
+        """Register the full blocks of `seq_id` whose KV is now computed (the first
+        num_computed_tokens tokens); `hashes` covers them. A block whose prefix is already
+        registered (two equal prompts prefilled at once) stays private. Returns how many."""
+        if not self.caching:
+            return 0
+        table = self._tables[0].get(seq_id, ())
+        done = self._num_committed.get(seq_id, 0)
+        full = min(num_computed_tokens // self.block_size_tokens, len(table))
+        added = 0
+        for j in range(done, full):
+            block, h = table[j], hashes[j]
+            if block not in self._hash_of and h not in self._block_of:
+                self._hash_of[block], self._block_of[h] = h, block
+                added += 1
+        if full > done:
+            self._num_committed[seq_id] = full
+        return added
+
     def check_integrity(self) -> None:
-        """free + used == total, no block twice, every id in range. Raises AssertionError."""
-        used = [b for t, tr in self._groups() for s, tab in t.items() for b in tab[tr.get(s, 0) :]]
-        free = list(self._free)
-        assert len(free) + len(used) == self.num_blocks, (
-            f"free {len(free)} + used {len(used)} != total {self.num_blocks}"
+        """free + used + cached == total, each block in one state, reference counts equal to
+        the tables holding each block, registrations consistent. Raises AssertionError."""
+        held = [b for t, tr in self._groups() for s, tab in t.items() for b in tab[tr.get(s, 0) :]]
+        used, free, cached = set(held), list(self._free), list(self._evictable)
+        assert len(free) + len(used) + len(cached) == self.num_blocks, (
+            f"free {len(free)} + used {len(used)} + cached {len(cached)} != total {self.num_blocks}"
         )
-        every = set(free) | set(used)
-        assert len(every) == self.num_blocks, "a block is both free and used, or owned twice"
+        every = set(free) | used | set(cached)
+        assert len(every) == self.num_blocks, "a block is in two states at once"
         assert min(every) == 0 and max(every) == self.num_blocks - 1, "block id out of range"
+        counts = [0] * self.num_blocks
+        for b in held:
+            counts[b] += 1
+        assert counts == self._refs, "a reference count differs from the tables holding it"
+        assert self.num_extra_refs == len(held) - len(used), "shared-holding count drift"
+        assert all(b in self._hash_of for b in cached), "a cached block has no hash"
+        assert not any(b in self._hash_of for b in free), "a free block keeps a hash"
+        assert all(self._block_of[h] == b for b, h in self._hash_of.items()), "hash map drift"
+        assert len(self._block_of) == len(self._hash_of), "hash map drift"
         assert all(t for tables in self._tables for t in tables.values()), "empty table left"
         for tables, trimmed in self._groups():
             for seq_id, table in tables.items():

@@ -6,6 +6,15 @@ reserve:   admission reserves blocks for prompt + max_tokens; sum of reservation
 on_demand: admission needs blocks for the first chunk plus a small free margin; growth may be
            refused, and the scheduler then preempts by recompute.
 
+Prefix caching (decision 9): a sequence starts from the cached blocks of its prompt (`match`),
+and owns only what it adds. In reserve mode each sequence books its whole reservation, and a
+block that k tables hold counts once, so the booked total is
+    num_reserved_blocks = sum(reservations) - pool.num_extra_refs     (<= num_blocks, kept)
+Growth still cannot fail: the blocks running sequences may still take are
+    sum(reservation - held) = num_reserved_blocks - used <= num_blocks - used = free + cached,
+and a grow may take cached blocks (evicting them) but never a used one. Releasing a sequence
+never raises the total (it drops its reservation, at least the shared blocks it held).
+
 Sliding windows: before a sequence grows, the blocks its window has left are freed
 (BlockPool.trim), so it holds at most capacity.memory.seq_blocks(...) blocks while it runs chunks
 of up to `chunk_tokens`; reserve mode reserves exactly that, so growth still cannot fail.
@@ -14,10 +23,24 @@ of up to `chunk_tokens`; reserve mode reserves exactly that, so growth still can
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from capacity.memory import seq_blocks
 from serving.engine.kv_blocks import BlockPool, Refused
+from serving.engine.prefix_cache import extend_block_hashes
 from serving.engine.sequence import Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class KVNeed:
+    """What admitting a sequence's first chunk takes from the KV, against what is left."""
+
+    num_needed_blocks: int
+    num_available_blocks: int
+
+    @property
+    def fits(self) -> bool:
+        return self.num_needed_blocks <= self.num_available_blocks
 
 
 def concurrency_limit(
@@ -44,8 +67,22 @@ class KVLedger:
         self.mode = mode
         self.chunk_tokens = chunk_tokens  # the largest chunk a step runs (max_num_batched_tokens)
         self._reserved: dict[str, int] = {}
-        self.num_reserved_blocks = 0
+        self._sum_reserved = 0  # sum(self._reserved.values())
         self._free_margin = math.ceil(on_demand_free_fraction * pool.num_blocks)
+        self.root_hash = b""  # the prefix cache's chain start (enable_prefix_caching)
+        # Prompt tokens looked up in the prefix cache at admission, and those found (vLLM's
+        # prefix_cache_queries / prefix_cache_hits, both in tokens).
+        self.num_query_tokens = 0
+        self.num_hit_tokens = 0
+
+    def enable_prefix_caching(self, root_hash: bytes) -> None:
+        self.pool.enable_caching()
+        self.root_hash = root_hash
+
+    @property
+    def num_reserved_blocks(self) -> int:
+        """Reserve mode: blocks booked by running sequences, a shared block counted once."""
+        return self._sum_reserved - self.pool.num_extra_refs if self._reserved else 0
 
     def blocks_for(self, num_tokens: int) -> int:
         """Most blocks a sequence of `num_tokens` holds at once (all paging groups)."""
@@ -62,21 +99,53 @@ class KVLedger:
         busy = max(self.num_reserved_blocks, self.pool.num_used_blocks)
         return busy / self.pool.num_blocks
 
-    def can_admit(self, seq: Sequence, first_chunk_tokens: int) -> bool:
-        if self.mode == "reserve":
-            need = self.reservation_for(seq)
-            return self.num_reserved_blocks + need <= self.pool.num_blocks
-        need = self.pool.blocks_to_grow(
-            seq.request_id, seq.num_computed_tokens + first_chunk_tokens
-        )
-        return need + self._free_margin <= self.pool.num_free_blocks
+    def match(self, seq: Sequence) -> list[int]:
+        """Cached blocks a waiting sequence can start from: the longest registered run of its
+        full blocks, leaving at least one token to compute (its logits are sampled)."""
+        pool = self.pool
+        if not pool.caching or seq.num_computed_tokens:
+            return []
+        bs = pool.block_size_tokens
+        hashes = extend_block_hashes(seq.block_hashes, seq.token_ids, bs, self.root_hash)
+        return pool.match(hashes, (seq.num_tokens - 1) // bs)
 
-    def admit(self, seq: Sequence) -> None:
-        """Commit an admission `can_admit` approved (reserve mode books the whole reservation)."""
+    def need(self, seq: Sequence, cached: list[int], first_chunk_tokens: int) -> KVNeed:
+        """What admitting `seq` on top of the `cached` blocks (from `match`) takes: reserve
+        mode books the reservation less the cached blocks already held (counted once);
+        on_demand takes the first chunk's new blocks, the cached blocks revived from the
+        evictable set, and the free margin kept for running decodes."""
+        pool = self.pool
+        shared = pool.num_live_shared(cached)
+        if self.mode == "reserve":
+            need = self.reservation_for(seq) - shared
+            return KVNeed(need, pool.num_blocks - self.num_reserved_blocks)
+        start = len(cached) * pool.block_size_tokens if cached else seq.num_computed_tokens
+        grow = pool.blocks_to_grow(seq.request_id, start + first_chunk_tokens) - len(cached)
+        return KVNeed(grow + len(cached) - shared + self._free_margin, pool.num_free_blocks)
+
+    def can_admit(self, seq: Sequence, first_chunk_tokens: int) -> bool:
+        """Whether `seq`'s first chunk fits, with no cached prefix (tests, callers outside)."""
+        return self.need(seq, [], first_chunk_tokens).fits
+
+    def admit(self, seq: Sequence, cached: list[int] | None = None) -> None:
+        """Commit an admission `need` approved: book the reservation (reserve mode), map the
+        cached blocks and skip their tokens, count the lookup."""
         if self.mode == "reserve":
             need = self.reservation_for(seq)
             self._reserved[seq.request_id] = need
-            self.num_reserved_blocks += need
+            self._sum_reserved += need
+        if self.pool.caching and seq.num_computed_tokens == 0:
+            self.pool.share(seq.request_id, cached or [])
+            seq.num_computed_tokens = len(cached) * self.pool.block_size_tokens
+            self.num_query_tokens += seq.num_tokens
+            self.num_hit_tokens += seq.num_computed_tokens
+
+    def commit(self, seq: Sequence) -> None:
+        """After a step computed more of `seq`: offer its newly full blocks to the cache."""
+        if self.pool.caching:
+            bs = self.pool.block_size_tokens
+            hashes = extend_block_hashes(seq.block_hashes, seq.token_ids, bs, self.root_hash)
+            self.pool.commit(seq.request_id, hashes, seq.num_computed_tokens)
 
     def grow(self, seq: Sequence, num_tokens: int) -> list[int] | Refused:
         """Free what the windows have left behind, then grow to `num_tokens` (all or nothing)."""
@@ -86,11 +155,11 @@ class KVLedger:
     def release(self, seq: Sequence) -> None:
         """Free the blocks and the reservation of a sequence (finish, abort or preemption)."""
         self.pool.free(seq.request_id)
-        self.num_reserved_blocks -= self._reserved.pop(seq.request_id, 0)
+        self._sum_reserved -= self._reserved.pop(seq.request_id, 0)
 
     def check_integrity(self) -> None:
         self.pool.check_integrity()
-        assert self.num_reserved_blocks == sum(self._reserved.values()), "reservation drift"
+        assert self._sum_reserved == sum(self._reserved.values()), "reservation drift"
         assert self.num_reserved_blocks <= self.pool.num_blocks, "over-reserved"
         for seq_id in self.pool.tables():
             held = self.pool.num_live_blocks(seq_id)

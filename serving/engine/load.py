@@ -95,13 +95,13 @@ def load_snapshot(engine, now: float, slots: int) -> LoadSnapshot:
     fixed_s += sum(gaps) / len(gaps) if gaps else 0.0
     typical = engine.tracker.typical_output_tokens()
     remaining, offline = [], []  # offline last, so interactive can leave them out
-    for seq in list(engine.scheduler.running):
+    for seq in engine.running_requests():
         expected = expected_output_tokens(_max_tokens(seq), typical)
         left = max(1, round(expected) - seq.num_output_tokens)
         (offline if seq.tier is Tier.OFFLINE else remaining).append(left)
     queued: dict[str, list] = {t: [] for t in TIERS}
-    for tier, queue in list(engine.scheduler.waiting.items()):
-        queued[tier.name.lower()].extend(list(queue))
+    for seq in engine.waiting_requests():
+        queued[seq.tier.name.lower()].append(seq)
     for op, item in list(engine._inbox):  # submitted since the last step: ahead of the next one
         if op == "add":
             queued[item.tier.name.lower()].append(item)

@@ -22,6 +22,10 @@ make that wait longer than the request's own prefill. With no interactive traffi
 window (a night of batch work) offline steps are as large as the budget allows.
 One sequence's chunk never exceeds the ledger's `chunk_tokens`, the largest chunk its
 sliding-window reservations assume, even if the step budget is raised later.
+Prefix caching: a head starts from the cached blocks of its prompt (KVLedger.match), so its
+first chunk and its KV need count only the tokens and blocks it adds; after each step the newly
+full blocks of every advanced sequence are offered to the cache (KVLedger.commit), never a block
+whose KV is not all written.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from serving.engine.admission_stop import NOTHING_WAITING, AdmissionStop
 from serving.engine.config import EngineConfig
 from serving.engine.kv_blocks import Refused
 from serving.engine.ledger import KVLedger, concurrency_limit
@@ -49,6 +54,7 @@ class ScheduledBatch:
     admitted: list[Sequence] = field(default_factory=list)
     timed_out: list[Sequence] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
+    admission_stop: AdmissionStop = NOTHING_WAITING  # why admission stopped this step
 
     @property
     def num_tokens(self) -> int:
@@ -69,9 +75,6 @@ class Scheduler:
         self._hold_offline = False  # this step leaves offline work out (_interactive_first)
         self._last_interactive_s: float | None = None  # arrival of the latest interactive request
         self._offline_left: int | None = None  # offline tokens this step may still take
-        # Why the last admission pass stopped: "empty" | "ceiling" | "kv" | "budget" |
-        # "offline". The concurrency tuner (serving/engine/tuning.py) counts which limit binds.
-        self.stop_reason = "empty"
 
     # ----- bookkeeping -------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -145,7 +148,7 @@ class Scheduler:
                 budget -= chunk
                 self._take_offline(seq, chunk)
         chunks = [(s, n) for s, n in chunks if s.status is SeqStatus.RUNNING]
-        budget = self._admit(now, budget, batch, chunks)
+        batch.admission_stop = self._admit(now, budget, batch, chunks)
         batch.seqs = decodes + [s for s, _ in chunks]
         batch.num_new_tokens = [1] * len(decodes) + [n for _, n in chunks]
         batch.num_decodes = len(decodes)
@@ -193,8 +196,13 @@ class Scheduler:
 
     def _kv_admits(self, seq: Sequence) -> bool:
         """Whether the KV would take `seq`'s first chunk now (the slot count aside)."""
-        chunk = min(seq.num_uncomputed_tokens, self.config.max_num_batched_tokens)
-        return self.ledger.can_admit(seq, min(chunk, self.ledger.chunk_tokens))
+        cached = self.ledger.match(seq)
+        chunk = min(self._uncached_tokens(seq, cached), self.config.max_num_batched_tokens)
+        return self.ledger.need(seq, cached, min(chunk, self.ledger.chunk_tokens)).fits
+
+    def _uncached_tokens(self, seq: Sequence, cached: list[int]) -> int:
+        """Tokens a waiting `seq` still computes once its `cached` blocks are mapped."""
+        return seq.num_uncomputed_tokens - len(cached) * self.ledger.pool.block_size_tokens
 
     def _expire(self, now: float) -> list[Sequence]:
         expired: list[Sequence] = []
@@ -214,39 +222,23 @@ class Scheduler:
 
     def _admit(
         self, now: float, budget: int, batch: ScheduledBatch, chunks: list[tuple[Sequence, int]]
-    ) -> int:
+    ) -> AdmissionStop:
+        """Admit heads while they fit; returns the limit that stopped the pass."""
         cfg = self.config
-        self.stop_reason = "empty"
+        stop = NOTHING_WAITING
         for tier in Tier:
             queue = self.waiting[tier]
-            if tier is Tier.OFFLINE and self._hold_offline:
-                self.stop_reason = "offline" if queue else self.stop_reason
-                return budget
-            if tier is Tier.OFFLINE and self.ledger.use_fraction >= cfg.offline_idle_fraction:
-                self.stop_reason = "offline" if queue else self.stop_reason
-                return budget
+            held = self._hold_offline or self.ledger.use_fraction >= cfg.offline_idle_fraction
+            if tier is Tier.OFFLINE and held:
+                return AdmissionStop("offline", tier) if queue else stop
             while queue and budget > 0:
-                limit = self._limit()
-                if len(self.running) >= limit:
-                    # Below max_num_seqs the KV watermark slid the window down: KV binds.
-                    self.stop_reason = "ceiling" if limit >= cfg.max_num_seqs else "kv"
-                    return budget
-                if tier is Tier.OFFLINE and self._num_offline() >= self._offline_cap(limit):
-                    self.stop_reason = "offline"
-                    return budget
-                seq = queue[0]
-                chunk = min(seq.num_uncomputed_tokens, budget, self.ledger.chunk_tokens)
-                chunk = self._offline_tokens(seq, chunk)
-                if chunk == 0:
-                    self.stop_reason = "offline"
-                    return budget
-                if not self.ledger.can_admit(seq, chunk):
-                    self.stop_reason = "kv"
-                    return budget  # the head waits; lower tiers may not overtake it
-                queue.popleft()
-                self.ledger.admit(seq)
+                refusal = self._head_refusal(tier, queue[0], budget)
+                if isinstance(refusal, AdmissionStop):
+                    return refusal  # the head waits; lower tiers may not overtake it
+                seq, (cached, chunk) = queue.popleft(), refusal
+                self.ledger.admit(seq, cached)
                 granted = self.ledger.grow(seq, seq.num_computed_tokens + chunk)
-                assert not isinstance(granted, Refused), "can_admit approved an impossible grow"
+                assert not isinstance(granted, Refused), "need() approved an impossible grow"
                 seq.status = SeqStatus.RUNNING
                 if seq.admitted_s is None:
                     seq.admitted_s = now
@@ -257,9 +249,32 @@ class Scheduler:
                 budget -= chunk
                 self._take_offline(seq, chunk)
             if queue:  # the loop ended on the token budget
-                self.stop_reason = "budget"
-                return budget
-        return budget
+                return AdmissionStop("budget", tier, queue[0].num_uncomputed_tokens, 0, "tokens")
+        return stop
+
+    def _head_refusal(
+        self, tier: Tier, seq: Sequence, budget: int
+    ) -> AdmissionStop | tuple[list[int], int]:
+        """Why the head `seq` of `tier` cannot be admitted now, or (its cached blocks, its
+        first chunk) when it can."""
+        limit = self._limit()
+        if len(self.running) >= limit:
+            # Below max_num_seqs the KV watermark slid the window down: KV binds.
+            reason = "ceiling" if limit >= self.config.max_num_seqs else "kv"
+            return AdmissionStop(reason, tier, len(self.running) + 1, limit, "seqs")
+        if tier is Tier.OFFLINE and self._num_offline() >= self._offline_cap(limit):
+            return AdmissionStop("offline", tier, self._num_offline() + 1, limit, "seqs")
+        cached = self.ledger.match(seq)
+        chunk = min(self._uncached_tokens(seq, cached), budget, self.ledger.chunk_tokens)
+        chunk = self._offline_tokens(seq, chunk)
+        if chunk == 0:
+            return AdmissionStop("offline", tier, 1, 0, "tokens")
+        need = self.ledger.need(seq, cached, chunk)
+        if not need.fits:
+            return AdmissionStop(
+                "kv", tier, need.num_needed_blocks, need.num_available_blocks, "blocks"
+            )
+        return cached, chunk
 
     def _num_offline(self) -> int:
         return sum(1 for s in self.running if s.tier is Tier.OFFLINE)
@@ -321,6 +336,7 @@ class Scheduler:
         it = iter(sampled)
         for seq, n in zip(batch.seqs, batch.num_new_tokens, strict=True):
             seq.num_computed_tokens += n
+            self.ledger.commit(seq)  # its KV up to num_computed_tokens is written now
             if seq.num_computed_tokens < seq.num_tokens:
                 continue  # a prefill chunk that did not reach the end of the prompt
             token = next(it)

@@ -62,6 +62,9 @@ class Sequence:
     finished_s: float | None = None
     num_preemptions: int = 0
     error: str | None = None
+    # Chained hashes of the full blocks of token_ids (serving/engine/prefix_cache.py), filled
+    # lazily by the ledger; tokens only grow, so a hash once taken stays right.
+    block_hashes: list[bytes] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.token_ids:

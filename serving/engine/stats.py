@@ -6,6 +6,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from common.stats import percentile
+from common.tiers import Tier
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,11 @@ class EngineStats:
     # Per tier: an interactive request is not delayed by an offline backlog (it is admitted
     # first), so its admission must not be judged by offline's long waits.
     queue_wait_p50_by_tier: dict[str, float] = field(default_factory=dict)
+    # Prefix caching: blocks no request holds that keep their KV for reuse (evictable, not in
+    # num_kv_blocks_used), and the prompt tokens looked up / found at admission, ever.
+    num_kv_blocks_cached: int = 0
+    prefix_cache_query_tokens: int = 0
+    prefix_cache_hit_tokens: int = 0
 
     @property
     def num_running(self) -> int:
@@ -34,6 +40,12 @@ class EngineStats:
     @property
     def num_waiting(self) -> int:
         return sum(self.waiting_by_tier.values())
+
+    @property
+    def prefix_cache_hit_fraction(self) -> float:
+        """Share of looked-up prompt tokens whose KV came from the cache (0 before any)."""
+        q = self.prefix_cache_query_tokens
+        return self.prefix_cache_hit_tokens / q if q else 0.0
 
     @property
     def kv_use_fraction(self) -> float:
@@ -109,3 +121,40 @@ class StatsTracker:
         """p50 and p99 of the queue waits admitted in the last wait_window_s; 0 without any."""
         waits = self._recent_waits(self._waits, now)
         return percentile(waits, 50), percentile(waits, 99)
+
+
+def engine_stats(engine, now: float) -> EngineStats:
+    """The snapshot of one engine (LLMEngine.stats); safe while a step runs on another thread:
+    every read of a queue is a copy."""
+    from serving.engine.ledger import concurrency_limit  # stats stays importable without torch
+
+    cfg, pool, ledger, tracker = engine.config, engine.pool, engine.ledger, engine.tracker
+    running = {t.name.lower(): 0 for t in Tier}
+    for seq in engine.running_requests():
+        running[seq.tier.name.lower()] += 1
+    p50, p99 = tracker.queue_wait_percentiles(now)
+    return EngineStats(
+        running_by_tier=running,
+        waiting_by_tier=engine.waiting_by_tier(),
+        num_kv_blocks_total=pool.num_blocks,
+        num_kv_blocks_used=pool.num_used_blocks,
+        num_kv_blocks_reserved=ledger.num_reserved_blocks,
+        num_kv_blocks_cached=pool.num_cached_blocks,
+        prefix_cache_query_tokens=ledger.num_query_tokens,
+        prefix_cache_hit_tokens=ledger.num_hit_tokens,
+        block_size_tokens=pool.block_size_tokens,
+        concurrency_limit=concurrency_limit(
+            ledger.use_fraction,
+            cfg.min_num_seqs,
+            cfg.max_num_seqs,
+            cfg.kv_low_watermark,
+            cfg.kv_high_watermark,
+        ),
+        tokens_per_s=tracker.tokens_per_s(now),
+        queue_wait_p50_s=p50,
+        queue_wait_p99_s=p99,
+        num_preemptions=tracker.num_preemptions,
+        num_finished=tracker.num_finished,
+        num_timeouts=tracker.num_timeouts,
+        queue_wait_p50_by_tier=tracker.queue_wait_p50_by_tier(now),
+    )

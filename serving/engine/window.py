@@ -117,10 +117,10 @@ class StepWindow:
         with self._lock:
             self.steps.append((batch.num_tokens, step_s))
             self.prefill_tokens += batch.num_tokens - batch.num_decodes
-            sched = engine.scheduler
-            if sched.num_waiting():
-                if sched.stop_reason in ("ceiling", "kv"):
-                    self.bound[sched.stop_reason] += 1
+            if engine.num_waiting():
+                reason = batch.admission_stop.reason
+                if reason in ("ceiling", "kv"):
+                    self.bound[reason] += 1
                 if batch.num_tokens >= engine.config.max_num_batched_tokens:
                     self.bound["budget"] += 1
             for seq in batch.admitted:
@@ -153,7 +153,7 @@ class StepWindow:
 
     def take(self, now: float, engine) -> WindowSummary:
         """Close the interval (arrivals, waiting and KV size read from `engine`)."""
-        arrivals, waiting = engine.num_arrivals, engine.scheduler.num_waiting()
+        arrivals, waiting = engine.num_arrivals, engine.num_waiting()
         pool = engine.pool
         with self._lock:
             summary = self._summary(now, arrivals, waiting, pool.num_blocks, pool.block_size_tokens)

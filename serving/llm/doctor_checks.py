@@ -224,6 +224,20 @@ def _queue_cause(r, measured, arrivals, evidence) -> Finding:
 # --- compute -------------------------------------------------------------------------------------
 
 
+def prefix_cache_evidence(readings: Sequence[ReplicaReading]) -> tuple[str, ...]:
+    """The prefix cache's hit rate per pool: the share of prompt tokens not prefilled."""
+    lines = []
+    for pool in sorted({r.pool for r in readings}):
+        queried = sum(r.prefix_cache_query_tokens for r in readings if r.pool == pool)
+        hits = sum(r.prefix_cache_hit_tokens for r in readings if r.pool == pool)
+        if queried:
+            lines.append(
+                f"{pool}: prefix cache hit rate {hits / queried:.0%} ({hits} of {queried} "
+                "prompt tokens not prefilled)"
+            )
+    return tuple(lines)
+
+
 def check_compute(readings: Sequence[ReplicaReading]) -> Finding:
     measured = [r for r in readings if r.window is not None and r.window.itl_p99_s]
     evidence = tuple(
@@ -231,7 +245,7 @@ def check_compute(readings: Sequence[ReplicaReading]) -> Finding:
         for r in readings
         for g in r.gpus
         if not math.isnan(g.utilization_pct)
-    )
+    ) + prefix_cache_evidence(readings)
     if not measured:
         return Finding(
             "compute", "ok", "no_window", "no inter-token gaps measured yet", None, None, evidence

@@ -175,6 +175,9 @@ class ReplicaReading:
     window: WindowSummary | None  # None until the first window closed
     refused_per_s: float = 0.0  # admission refusals over that window: demand turned away
     tuner_last: str | None = None  # the tuner's last move and why; None: tuner off
+    # Prefix caching, since the engine started: prompt tokens looked up and found (tokens).
+    prefix_cache_query_tokens: int = 0
+    prefix_cache_hit_tokens: int = 0
     gpus: tuple[GpuSample, ...] = field(default=())
 
     @property

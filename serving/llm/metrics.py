@@ -46,6 +46,8 @@ PREEMPTIONS = "vllm_num_preemptions"
 PROMPT_TOKENS = "vllm_prompt_tokens"
 GENERATION_TOKENS = "vllm_generation_tokens"
 REQUEST_SUCCESS = "vllm_request_success"
+PREFIX_QUERIES = "vllm_prefix_cache_queries"
+PREFIX_HITS = "vllm_prefix_cache_hits"
 # Ours: what vLLM has no metric for.
 KV_BLOCKS_USED = "tideserve_kv_blocks_used"
 KV_BLOCKS_RESERVED = "tideserve_kv_blocks_reserved"
@@ -98,6 +100,8 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     PROMPT_TOKENS: ("counter", _BASE, "Prompt tokens of admitted requests."),
     GENERATION_TOKENS: ("counter", _BASE, "Generated tokens (rate() = tokens/s)."),
     REQUEST_SUCCESS: ("counter", (*_BASE, REASON), "Finished requests by finish reason."),
+    PREFIX_QUERIES: ("counter", _BASE, "Prompt tokens looked up in the prefix cache."),
+    PREFIX_HITS: ("counter", _BASE, "Prompt tokens whose KV came from the prefix cache."),
     KV_BLOCKS_USED: ("gauge", _BASE, "KV blocks holding tokens."),
     KV_BLOCKS_RESERVED: ("gauge", _BASE, "KV blocks promised to admitted requests."),
     KV_BLOCKS_TOTAL: ("gauge", _BASE, "KV blocks in the pre-allocated pool."),
@@ -232,6 +236,8 @@ class ReplicaMetrics:
         self._set_per_tier(RUNNING_SEQS, stats.running_by_tier)
         self._set_per_tier(WAITING_SEQS, stats.waiting_by_tier)
         self._add_delta(PREEMPTIONS, stats.num_preemptions)
+        self._add_delta(PREFIX_QUERIES, stats.prefix_cache_query_tokens)
+        self._add_delta(PREFIX_HITS, stats.prefix_cache_hit_tokens)
         self._add_delta(TIMEOUTS, stats.num_timeouts)
 
     def update_gpus(self, samples: Iterable[GpuSample] | None = None) -> list[GpuSample]:

@@ -70,7 +70,7 @@ class ReplicaMonitor:
     def reading(self, pool: str, replica_id: str, fingerprint: str) -> ReplicaReading:
         engine, cfg = self.engine, self.engine.config
         stats = engine.stats()
-        running = list(engine.scheduler.running)
+        running = engine.running_requests()
         avg_len = sum(s.num_tokens for s in running) / len(running) if running else 0.0
         last = self.tuner.moves[-1][1] if self.tuner is not None and self.tuner.moves else None
         return ReplicaReading(
@@ -91,6 +91,8 @@ class ReplicaMonitor:
             avg_seq_len_tokens=avg_len,
             num_preemptions=stats.num_preemptions,
             num_timeouts=stats.num_timeouts,
+            prefix_cache_query_tokens=stats.prefix_cache_query_tokens,
+            prefix_cache_hit_tokens=stats.prefix_cache_hit_tokens,
             window=self.last_window,
             refused_per_s=self.refused_per_s,
             tuner_last=None if last is None else f"{last.action}: {last.reason}",

@@ -147,13 +147,12 @@ class ModelReplica:
         reserves that much, the prompt alone where blocks come on demand."""
         reserve = self.config.engine.kv_mode == "reserve"
         total = 0
-        for queue in list(self.engine.scheduler.waiting.values()):
-            for seq in list(queue):  # list() snapshots in one C call: a step may be running
-                total += seq.max_len_tokens if reserve else seq.num_prompt_tokens
+        for seq in self.engine.waiting_requests():  # a snapshot: a step may be running
+            total += seq.max_len_tokens if reserve else seq.num_prompt_tokens
         return total
 
     def _avg_seq_len(self) -> float:
-        running = list(self.engine.scheduler.running)
+        running = self.engine.running_requests()
         return sum(s.num_tokens for s in running) / len(running) if running else 0.0
 
     # ----- data plane ------------------------------------------------------------------------

@@ -23,6 +23,10 @@ used blocks as busy (reservations are claims that will turn into used blocks), a
 tokens are subtracted because the waiting requests are ahead of a new one: they are admitted
 first and take that KV before it can. Headroom <= 0 means a new request would queue there.
 
+PrefixAffinityRouter puts first the replica a request's prompt prefix belongs to (consistent
+hashing, serving/llm/prefix_affinity.py) unless that replica is past a load bound; the ranks by
+headroom follow.
+
 This module never imports torch or the engine at run time: the ingress and proxy processes load
 the router class (Serve pickles this module by value into every handle's process).
 """
@@ -36,6 +40,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ray.serve.request_router import FIFOMixin, PendingRequest, RequestRouter, RunningReplica
+
+from serving.llm.prefix_affinity import AffinityBound, affinity_choice, prefix_key
 
 if TYPE_CHECKING:
     from serving.engine import EngineStats
@@ -168,7 +174,25 @@ def routing_stats_from_engine(stats: EngineStats, queued_tokens: int) -> dict[st
     }
 
 
-class KVHeadroomRouter(FIFOMixin, RequestRouter):
+class _ReadsRoutingStats:
+    """Says once per replica when its routing stats are present but unusable."""
+
+    _warned_replica_ids: set[Any]
+
+    def _warn_once_about_bad_stats(self, replicas: list[RunningReplica]) -> None:
+        """Stats that are present but unusable rank a replica as 'no stats yet': say so once."""
+        for replica in replicas:
+            stats = replica.routing_stats
+            if not stats or replica.replica_id in self._warned_replica_ids:
+                continue
+            try:
+                headroom_tokens(stats)
+            except ValueError as err:
+                self._warned_replica_ids.add(replica.replica_id)
+                log.warning("%s: bad routing stats, ranked as new: %s", replica.replica_id, err)
+
+
+class KVHeadroomRouter(FIFOMixin, _ReadsRoutingStats, RequestRouter):
     """Serve request router: the replica with the most KV headroom first.
 
     Configure with `RequestRouterConfig(request_router_class="serving.llm.router:KVHeadroomRouter",
@@ -214,14 +238,69 @@ class KVHeadroomRouter(FIFOMixin, RequestRouter):
             self.band_fraction,
         )
 
-    def _warn_once_about_bad_stats(self, replicas: list[RunningReplica]) -> None:
-        """Stats that are present but unusable rank a replica as 'no stats yet': say so once."""
-        for replica in replicas:
-            stats = replica.routing_stats
-            if not stats or replica.replica_id in self._warned_replica_ids:
-                continue
-            try:
-                headroom_tokens(stats)
-            except ValueError as err:
-                self._warned_replica_ids.add(replica.replica_id)
-                log.warning("%s: bad routing stats, ranked as new: %s", replica.replica_id, err)
+
+def prefix_affinity_ranks(
+    prompt_token_ids: Sequence[int] | None,
+    replicas: Sequence[tuple[K, Any, Mapping[str, Any] | None]],
+    bound: AffinityBound,
+    band_fraction: float = DEFAULT_BAND_FRACTION,
+) -> list[list[K]]:
+    """Ranks of (replica, id, routing stats) triples: the prefix's replica alone first when it
+    is within the bound, then every other replica ranked by headroom (rank_by_headroom)."""
+    key = None if prompt_token_ids is None else prefix_key(prompt_token_ids, bound.prefix_tokens)
+    chosen = affinity_choice(key, replicas, bound)
+    rest = [(replica, stats) for replica, _, stats in replicas if replica is not chosen]
+    ranks = rank_by_headroom(rest, band_fraction)
+    return ranks if chosen is None else [[chosen], *ranks]
+
+
+def _prompt_of(pending_request: PendingRequest | None) -> Sequence[int] | None:
+    """The prompt token ids of a replica call (generate_stream(GenerateRequest)), else None."""
+    if pending_request is None or not pending_request.args:
+        return None
+    return getattr(pending_request.args[0], "prompt_token_ids", None)
+
+
+class PrefixAffinityRouter(_ReadsRoutingStats, RequestRouter):
+    """Serve request router: the replica that probably caches the prompt's prefix, unless it is
+    past the bound, then the most KV headroom (KVHeadroomRouter).
+
+    request_router_kwargs: band_fraction, prefix_tokens, max_waiting, max_kv_use_fraction,
+    max_imbalance (AffinityBound). Not FIFO: the choice depends on the request, so Serve
+    matches each routing task's replica to its own request.
+    """
+
+    band_fraction: float = DEFAULT_BAND_FRACTION
+    bound: AffinityBound = AffinityBound()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._warned_replica_ids = set()
+
+    def initialize_state(self, band_fraction: float = DEFAULT_BAND_FRACTION, **kwargs: Any) -> None:
+        allowed = ("prefix_tokens", "max_waiting", "max_kv_use_fraction", "max_imbalance")
+        unknown = sorted(set(kwargs) - set(allowed))
+        if unknown:
+            raise ValueError(
+                f"PrefixAffinityRouter got unknown request_router_kwargs {unknown}; "
+                f"allowed: {['band_fraction', *allowed]}"
+            )
+        KVHeadroomRouter.initialize_state(self, band_fraction)  # type: ignore[arg-type]
+        self.bound = AffinityBound(**kwargs)
+
+    async def choose_replicas(
+        self,
+        candidate_replicas: list[RunningReplica],
+        pending_request: PendingRequest | None = None,
+    ) -> list[list[RunningReplica]]:
+        if pending_request is not None:
+            pending_request.routing_context.should_backoff = True
+        if not candidate_replicas:
+            return []
+        self._warn_once_about_bad_stats(candidate_replicas)
+        return prefix_affinity_ranks(
+            _prompt_of(pending_request),
+            [(r, r.replica_id, r.routing_stats) for r in candidate_replicas],
+            self.bound,
+            self.band_fraction,
+        )

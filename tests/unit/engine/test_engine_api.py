@@ -12,6 +12,7 @@ from serving.engine import (
     LLMEngine,
     RequestTimeoutError,
     SamplingParams,
+    Tier,
 )
 from serving.tiny_models import save_tiny_model_dir, tiny_model
 
@@ -360,3 +361,19 @@ def test_engine_config_errors_name_field_value_and_range():
 def test_sampling_params_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SamplingParams(**kwargs)
+
+
+def test_public_reads_of_the_queues_and_a_hook_that_sees_each_batch_before_the_forward(engine):
+    seen = []
+    engine.schedule_hooks.append(
+        lambda batch: seen.append([(s.request_id, s.num_computed_tokens) for s in batch.seqs])
+    )
+    a = engine.add_request([5, 6, 7], SamplingParams(max_tokens=2, temperature=0))
+    b = engine.add_request([8, 9], SamplingParams(max_tokens=2, temperature=0), tier="offline")
+    assert engine.waiting_requests() == [] and engine.stats().num_waiting == 2  # still in inbox
+    engine.step()  # offline waits while an interactive prompt starts
+    assert [s.request_id for s in engine.running_requests()] == [a]
+    assert [s.request_id for s in engine.waiting_requests(Tier.OFFLINE)] == [b]
+    assert engine.num_waiting() == 1 and engine.waiting_requests(Tier.INTERACTIVE) == []
+    engine.step()
+    assert seen == [[(a, 0)], [(a, 3), (b, 0)]]  # each row's context before its step

@@ -150,3 +150,16 @@ def test_doctor_is_a_tideserve_command(argv, capsys):
         main(argv)
     assert exit_info.value.code == 0
     assert "--json" in capsys.readouterr().out
+
+
+def test_the_prefix_cache_hit_rate_is_shown_per_pool():
+    from serving.llm.doctor_checks import check_compute
+
+    readings = [
+        reading(prefix_cache_query_tokens=1000, prefix_cache_hit_tokens=600),
+        reading(prefix_cache_query_tokens=1000, prefix_cache_hit_tokens=200),
+        reading(pool="cold"),  # nothing looked up yet: no line
+    ]
+    evidence = check_compute(readings).evidence
+    assert "hot: prefix cache hit rate 40% (800 of 2000 prompt tokens not prefilled)" in evidence
+    assert not any(line.startswith("cold: prefix") for line in evidence)

@@ -259,3 +259,12 @@ def test_grafana_dashboard_queries_the_exported_names():
     exported = {name + suffix[kind] for name, (kind, _, _) in m.METRICS.items()}
     assert used <= exported, f"dashboard queries unknown metrics: {sorted(used - exported)}"
     assert exported <= used, f"metrics without a panel: {sorted(exported - used)}"
+
+
+def test_prefix_cache_queries_and_hits_count_the_engines_running_totals():
+    rm, made = fake_metrics()
+    rm.update_engine(engine_stats(prefix_cache_query_tokens=400, prefix_cache_hit_tokens=300), 0.0)
+    rm.update_engine(engine_stats(prefix_cache_query_tokens=500, prefix_cache_hit_tokens=320), 0.0)
+    assert made[m.PREFIX_QUERIES].name == "vllm_prefix_cache_queries"
+    assert made[m.PREFIX_HITS].name == "vllm_prefix_cache_hits"
+    assert (made[m.PREFIX_QUERIES].total, made[m.PREFIX_HITS].total) == (500.0, 320.0)
