@@ -18,7 +18,9 @@ Decode throughput counts only pure-decode steps (no prefill) from the engine's s
 system runs --rounds times alternating and the best round counts (a shared machine).
 The kernel section times one decode step's LoRA updates over SmolLM2's projections (30 layers x
 7) at --batch rows: gathering each row's A/B then bmm (what layer.py does for decode rows)
-against grouping rows by adapter (one pair of matmuls per adapter present).
+against grouping rows by adapter, either indexing each adapter's rows out and back, or
+(what layer.py does) multiplying all rows and masking each adapter's own (one pair of matmuls
+per adapter present).
 """
 
 from __future__ import annotations
@@ -113,7 +115,7 @@ def decode_tps(engine, prompts: list[list[int]], adapters: list[str | None], max
     return {"decode_tok_s": tokens / seconds, "num_decode_steps": len(decode), "wall_s": wall}
 
 
-def kernel_times(batch: int, model_config, ranks=(8, 16), reps: int = 30) -> dict:
+def kernel_times(batch: int, model_config, ranks=(8, 16), reps: int = 5) -> dict:
     """Microseconds of one step's LoRA updates (all layers, all projections) per method."""
     from capacity.memory import KVShape
 
@@ -141,8 +143,21 @@ def kernel_times(batch: int, model_config, ranks=(8, 16), reps: int = 30) -> dic
                 for s, idx in groups:
                     y.index_add_(0, idx, (x.index_select(0, idx) @ a[s]) @ b[s])
 
+        masks = [(s, (row_slots == s).unsqueeze(1)) for s, _ in groups]
+
+        def masked(masks=masks):  # serving/engine/lora/layer.py's way
+            for (a, b), x in zip(weights, xs, strict=True):
+                y = torch.zeros(batch, b.shape[2])
+                for s, mask in masks:
+                    y.addmm_((x @ a[s]).mul_(mask), b[s])
+
         res = {}
-        for name, fn in (("gather_bmm", gather), ("group_by_adapter", grouped)):
+        methods = (
+            ("gather_bmm", gather),
+            ("index_by_adapter", grouped),
+            ("mask_by_adapter", masked),
+        )
+        for name, fn in methods:
             with torch.inference_mode():
                 for _ in range(3):
                     fn()

@@ -7,15 +7,16 @@ base model (slot -1) get no update. One LoraStep, set once per step for every wr
 share one LoraState), says which packed rows use which slot, in two shapes:
 
   runs   contiguous rows of one adapter, at least RUN_MIN_TOKENS long (a prefill chunk): two
-         plain matmuls on the slice, no copy of the weights;
-  rows   every other adapter row (decodes, one row per sequence, in the runner's order): the
-         slots' A and B gathered per row, then two batched matmuls (bmm) over the rows.
+         plain matmuls on the slice;
+  rows   every other adapter row (decodes, one row per sequence, in the runner's order), taken
+         together (a slice when they are the first rows, as decodes are), then for each adapter
+         present: (rows @ A[slot]) masked to that adapter's rows, @ B[slot], added.
 
-Why both: benchmarks/lora_multiplex.py times the two ways over SmolLM2-135M's projections at 16
-decode rows on this project's CPU (docs/engine.md, "Adapters"); gathering weights per row copies
-rows x r x (in + out) values, cheap for a decode row and wasteful for a 512-token chunk that
-shares one adapter. Not a weight merge: the base weights are never touched, so any mix of
-adapters and the base model runs in one forward.
+Why grouped by adapter and not gathered per row (A[slot_of_row] then bmm, Punica's shape):
+on CPU the gather copies rows x r x (in + out) values per projection, which at 16 decode rows
+of SmolLM2-135M cost more than the extra small matmuls; benchmarks/lora_multiplex.py times
+both (docs/engine.md, "Adapters"). Not a weight merge: the base weights are never touched, so
+any mix of adapters and the base model runs in one forward.
 """
 
 from __future__ import annotations
@@ -31,12 +32,9 @@ RUN_MIN_TOKENS = 8
 @dataclass(frozen=True, slots=True)
 class LoraStep:
     runs: tuple[tuple[int, int, int], ...]  # (start row, end row, slot)
-    rows: torch.Tensor | None  # [n] row indices of the gathered part, or None
-    row_slots: torch.Tensor | None  # [n] their slots
-
-    @property
-    def active(self) -> bool:
-        return bool(self.runs) or self.rows is not None
+    rows: torch.Tensor | None  # [n] row indices of the grouped part (None: rows 0..n-1)
+    num_rows: int  # n
+    groups: tuple[tuple[int, torch.Tensor], ...]  # (slot, [n, 1] mask of its rows)
 
 
 def plan_step(token_slots: list[int], device: torch.device) -> LoraStep | None:
@@ -61,14 +59,14 @@ def plan_step(token_slots: list[int], device: torch.device) -> LoraStep | None:
         start = end
     if not runs and not rows:
         return None
-    if not rows:
-        return LoraStep(tuple(runs), None, None)
-    as_tensor = torch.tensor
-    return LoraStep(
-        tuple(runs),
-        as_tensor(rows, dtype=torch.long).to(device),
-        as_tensor(row_slots, dtype=torch.long).to(device),
-    )
+    groups: list[tuple[int, torch.Tensor]] = []
+    if rows:
+        slots_t = torch.tensor(row_slots, dtype=torch.long)
+        for slot in sorted(set(row_slots)):
+            groups.append((slot, (slots_t == slot).unsqueeze(1).to(device)))
+    prefix = rows == list(range(len(rows)))
+    index = None if prefix else torch.tensor(rows, dtype=torch.long).to(device)
+    return LoraStep(tuple(runs), index, len(rows), tuple(groups))
 
 
 class LoraState:
@@ -127,11 +125,16 @@ class LoraLinear(torch.nn.Module):
         for start, end, slot in step.runs:
             h = flat_x[start:end] @ self.lora_a[slot]
             flat_y[start:end].addmm_(h, self.lora_b[slot])
+        if not step.groups:
+            return y
+        n = step.num_rows
+        xs = flat_x[:n] if step.rows is None else flat_x.index_select(0, step.rows)
+        ys = flat_y[:n] if step.rows is None else torch.zeros_like(flat_y[:n])
+        for slot, mask in step.groups:
+            h = (xs @ self.lora_a[slot]).mul_(mask)  # other adapters' rows get zero
+            ys.addmm_(h, self.lora_b[slot])
         if step.rows is not None:
-            xs = flat_x.index_select(0, step.rows).unsqueeze(1)  # [n, 1, in]
-            h = torch.bmm(xs, self.lora_a.index_select(0, step.row_slots))  # [n, 1, r]
-            delta = torch.bmm(h, self.lora_b.index_select(0, step.row_slots))  # [n, 1, out]
-            flat_y.index_add_(0, step.rows, delta.squeeze(1))
+            flat_y.index_add_(0, step.rows, ys)
         return y
 
     def extra_repr(self) -> str:

@@ -85,15 +85,26 @@ def test_random_operations_keep_the_invariants():
         assert set(pinned) <= set(pool.slot_of)
 
 
-def test_plan_step_splits_long_runs_from_gathered_rows():
+def test_plan_step_splits_long_runs_from_grouped_rows():
     n = RUN_MIN_TOKENS
     slots = [0, 1, -1, 1] + [2] * n + [-1] * 3 + [0] * (n - 1)
     step = plan_step(slots, torch.device("cpu"))
     assert step.runs == ((4, 4 + n, 2),)
     short = [0, 1, 3, *range(7 + n, 7 + 2 * n - 1)]
-    assert step.rows.tolist() == short
-    assert step.row_slots.tolist() == [0, 1, 1] + [0] * (n - 1)
+    assert step.rows.tolist() == short and step.num_rows == len(short)
+    by_slot = {slot: mask.squeeze(1).tolist() for slot, mask in step.groups}
+    assert by_slot == {
+        0: [True, False, False] + [True] * (n - 1),
+        1: [False, True, True] + [False] * (n - 1),
+    }
     assert plan_step([-1, -1], torch.device("cpu")) is None
+
+
+def test_decode_rows_first_are_sliced_not_indexed():
+    step = plan_step([-1, 0, 3] + [1] * RUN_MIN_TOKENS, torch.device("cpu"))
+    assert step.rows.tolist() == [1, 2]  # row 0 is the base model's: not a prefix
+    step = plan_step([3, 0, 3] + [1] * RUN_MIN_TOKENS, torch.device("cpu"))
+    assert step.rows is None and step.num_rows == 3 and step.runs == ((3, 3 + RUN_MIN_TOKENS, 1),)
 
 
 def test_layer_adds_each_rows_own_update_and_nothing_to_base_rows():
@@ -107,14 +118,17 @@ def test_layer_adds_each_rows_own_update_and_nothing_to_base_rows():
         a, b = torch.randn(in_f, r), torch.randn(r, out_f)
         layer.set_slot(s, a, b)
         weights[s] = (a, b)
-    token_slots = [2, -1, 0, 1] + [1] * RUN_MIN_TOKENS + [-1, 2]
-    x = torch.randn(1, len(token_slots), in_f)
-    state.step = plan_step(token_slots, torch.device("cpu"))
-    with torch.no_grad():
-        y = layer(x)[0]
-        expect = base(x)[0].clone()
-    for row, s in enumerate(token_slots):
-        if s >= 0:
-            a, b = weights[s]
-            expect[row] += (x[0, row] @ a) @ b
-    torch.testing.assert_close(y, expect, rtol=1e-5, atol=1e-5)
+    for token_slots in (
+        [2, -1, 0, 1] + [1] * RUN_MIN_TOKENS + [-1, 2],  # indexed rows and a run
+        [2, 0, 2, 1] + [0] * RUN_MIN_TOKENS,  # decode rows first (a slice) and a run
+    ):
+        x = torch.randn(1, len(token_slots), in_f)
+        state.step = plan_step(token_slots, torch.device("cpu"))
+        with torch.no_grad():
+            y = layer(x)[0]
+            expect = base(x)[0].clone()
+        for row, s in enumerate(token_slots):
+            if s >= 0:
+                a, b = weights[s]
+                expect[row] += (x[0, row] @ a) @ b
+        torch.testing.assert_close(y, expect, rtol=1e-5, atol=1e-5)
