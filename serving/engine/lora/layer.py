@@ -12,10 +12,11 @@ share one LoraState), says which packed rows use which slot, in two shapes:
          together (a slice when they are the first rows, as decodes are), then for each adapter
          present: (rows @ A[slot]) masked to that adapter's rows, @ B[slot], added.
 
-Why grouped by adapter and not gathered per row (A[slot_of_row] then bmm, Punica's shape):
-on CPU the gather copies rows x r x (in + out) values per projection, which at 16 decode rows
-of SmolLM2-135M cost more than the extra small matmuls; benchmarks/lora_multiplex.py times
-both (docs/engine.md, "Adapters"). Not a weight merge: the base weights are never touched, so
+Grouping vs gathering each row's A/B then bmm (Punica's shape): benchmarks/lora_multiplex.py
+times both at 16 decode rows of SmolLM2-135M on this project's CPU (docs/engine.md, "Adapters"):
+grouping wins with one adapter present (14 vs 33 ms a step) and loses from four (50 vs 35 ms;
+204 vs 45 ms with 16), so the layer should pick by the step's adapter count; it does not yet.
+Not a weight merge: the base weights are never touched, so
 any mix of adapters and the base model runs in one forward.
 """
 
