@@ -13,9 +13,10 @@ from common.tiers import Tier
 
 # empty: no queue had work; ceiling: the concurrency window at max_num_seqs; kv: the KV (the
 # ledger refused the head, or the window slid below max_num_seqs with KV use); budget: the
-# step's token budget ran out; offline: offline work held back (idle rule, share or step cap).
-StopReason = Literal["empty", "ceiling", "kv", "budget", "offline"]
-Unit = Literal["", "blocks", "seqs", "tokens"]
+# step's token budget ran out; offline: offline work held back (idle rule, share or step cap);
+# adapter: every LoRA slot is pinned by running requests of other adapters.
+StopReason = Literal["empty", "ceiling", "kv", "budget", "offline", "adapter"]
+Unit = Literal["", "blocks", "seqs", "tokens", "slots"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,6 +92,12 @@ class EngineConfig:
     # skips the longest cached run of its prompt. Off by itself (logged) for models with
     # sliding-window layers and for the plain hf runner.
     prefix_caching: bool = True
+    # LoRA adapters (serving/engine/lora/): slots on the device for this many adapters at once,
+    # each of rank up to max_lora_rank; 0: no adapters. The slots' memory is allocated at start
+    # (capacity.memory.lora_slot_bytes); more adapters may be registered, and the least
+    # recently used one no running request uses is evicted when another needs its slot.
+    max_loras: int = 0
+    max_lora_rank: int = 16  # the largest adapter rank the slots hold
 
     def __post_init__(self) -> None:
         check_choice(_OWNER, "kv_mode", self.kv_mode, KV_MODES)
@@ -146,5 +152,7 @@ class EngineConfig:
         if not isinstance(self.tuner, bool):
             raise ValueError(f"{_OWNER}.tuner={self.tuner!r} must be true or false")
         check_range(_OWNER, "tuner_interval_s", self.tuner_interval_s, 0.0, 3600.0, lo_open=True)
+        check_range(_OWNER, "max_loras", self.max_loras, 0, 256, integer=True)
+        check_range(_OWNER, "max_lora_rank", self.max_lora_rank, 1, 512, integer=True)
         if not isinstance(self.device, str) or not self.device:
             raise ValueError(f"{_OWNER}.device={self.device!r} must be 'auto', 'cpu' or 'cuda[:N]'")

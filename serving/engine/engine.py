@@ -23,6 +23,8 @@ from serving.engine.features import check_model
 from serving.engine.grammar import GrammarCompiler
 from serving.engine.kv_budget import measure_cuda
 from serving.engine.ledger import KVLedger
+from serving.engine.lora.ledger import AdapterLedger
+from serving.engine.lora.manager import LoraManager
 from serving.engine.outputs import RequestOutput, StreamDelta
 from serving.engine.prefix_cache import setup_prefix_cache
 from serving.engine.runner import HFRunner, PagedRunner, Runner
@@ -71,6 +73,10 @@ class LLMEngine:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         cpu_linear.pack_if_useful(model, cfg.cpu_packed_linear, self.device, self.dtype)
+        # Adapter slots before the KV budget is measured: on CUDA they come out of it.
+        self.adapters = (
+            LoraManager(model, cfg.max_loras, cfg.max_lora_rank) if cfg.max_loras else None
+        )
         mc = model.config
         use_paged = cfg.runner == "paged" or (
             cfg.runner == "auto" and type(model)._supports_attention_backend
@@ -81,8 +87,11 @@ class LLMEngine:
             cfg, mc, self.dtype, self.device, self.max_model_len, self._warmup_reader(model)
         )
         self.pool = loader.make_block_pool(cfg, mc, num_blocks)
-        self.ledger = KVLedger(
-            self.pool, cfg.kv_mode, cfg.on_demand_free_fraction, cfg.max_num_batched_tokens
+        ledger_args = (self.pool, cfg.kv_mode, cfg.on_demand_free_fraction)
+        self.ledger = (
+            KVLedger(*ledger_args, cfg.max_num_batched_tokens)
+            if self.adapters is None
+            else AdapterLedger(*ledger_args, cfg.max_num_batched_tokens, adapters=self.adapters)
         )
         self.prefix_caching = setup_prefix_cache(self.ledger, cfg, mc, str(self.dtype), use_paged)
         self.scheduler = Scheduler(cfg, self.ledger)
@@ -96,6 +105,7 @@ class LLMEngine:
             self.runner = PagedRunner(model, self.kv_cache, self.pool, cfg.decode_attention)
         else:
             self.runner = HFRunner(model, self.device)
+        self.runner.adapters = self.adapters
         self._inbox: deque[tuple[str, object]] = deque()
         self._live: set[str] = set()
         self._ids = itertools.count()
@@ -160,10 +170,17 @@ class LLMEngine:
             )
 
     def make_sequence(
-        self, prompt: Prompt, params: SamplingParams | None, tier, request_id, timeout_s
+        self,
+        prompt: Prompt,
+        params: SamplingParams | None,
+        tier,
+        request_id,
+        timeout_s,
+        adapter: str | None = None,
     ) -> Sequence:
         """Validate a request and build its Sequence; raises ValueError if it can never run."""
         params = params or SamplingParams()
+        self._check_adapter(adapter)
         ids = self.encode(prompt)
         if not ids:
             raise ValueError("prompt is empty; it must hold at least one token")
@@ -189,6 +206,7 @@ class LLMEngine:
             max_total_tokens=self.max_model_len,
             generator=make_generator(params, self.device),
             matcher=None if params.grammar is None else self.grammars.matcher(params.grammar),
+            adapter=adapter,
         )
         need = self.ledger.reservation_for(seq)  # the most it holds at once, windows applied
         if need > self.pool.num_blocks:
@@ -207,9 +225,11 @@ class LLMEngine:
         tier: str | Tier = "interactive",
         request_id: str | None = None,
         timeout_s: float | None = None,
+        adapter: str | None = None,
     ) -> str:
-        """Queue a request; raises ValueError at once if it can never run. Returns its id."""
-        seq = self.make_sequence(prompt, params, tier, request_id, timeout_s)
+        """Queue a request (of LoRA `adapter`, None: the base model); raises ValueError at once
+        if it can never run. Returns its id."""
+        seq = self.make_sequence(prompt, params, tier, request_id, timeout_s, adapter)
         self.submit(seq)
         return seq.request_id
 
@@ -221,6 +241,37 @@ class LLMEngine:
         self._live.add(seq.request_id)
         self._inbox.append(("add", seq))
         self._driver.wake()
+
+    # ----- LoRA adapters (serving/engine/lora/) ---------------------------------------------
+    def _check_adapter(self, adapter: str | None) -> None:
+        if adapter is None:
+            return
+        if self.adapters is None:
+            raise ValueError(
+                f"adapter={adapter!r}: this engine serves no adapters (EngineConfig.max_loras=0)"
+            )
+        self.adapters.check_known(adapter)
+
+    def add_adapter(self, name: str, path: str) -> None:
+        """Register a PEFT LoRA adapter directory under `name` (validated now; loaded into a slot
+        when a request needs it). ValueError naming the field when it cannot be served."""
+        if self.adapters is None:
+            raise ValueError("this engine serves no adapters; set EngineConfig.max_loras >= 1")
+        torch_thread.call(self.adapters.add, name, path)
+
+    def remove_adapter(self, name: str) -> None:
+        """Forget an adapter; ValueError if unknown or a queued or running request uses it."""
+        if self.adapters is None:
+            raise ValueError("this engine serves no adapters; set EngineConfig.max_loras >= 1")
+        torch_thread.call(self._remove_adapter, name)
+
+    def _remove_adapter(self, name: str) -> None:
+        live = [item for op, item in list(self._inbox) if op == "add"] + self.scheduler.running
+        live += [s for queue in self.scheduler.waiting.values() for s in queue]
+        if any(s.adapter == name for s in live):  # type: ignore[union-attr]
+            raise ValueError(f"adapter {name!r} is in use by queued or running requests")
+        self.adapters.remove(name)  # type: ignore[union-attr]
+        self.ledger.forget_adapter(name)
 
     def abort(self, request_id: str) -> None:
         """Cancel a request and free everything it holds; takes effect at the next step."""
@@ -322,8 +373,10 @@ class LLMEngine:
         prompts: Prompt | Seq[Prompt],
         params: SamplingParams | Seq[SamplingParams] | None = None,
         tier: str | Tier = "interactive",
+        adapters: str | Seq[str | None] | None = None,
     ) -> list[RequestOutput]:
-        """Run prompts to completion (blocking). `params` is one object or one per prompt."""
+        """Run prompts to completion (blocking). `params` and `adapters` (LoRA names, None: the
+        base model) are one value or one per prompt."""
         if self._driver.running:
             raise RuntimeError("generate() drives the engine itself; use stream() while serving")
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
@@ -331,9 +384,12 @@ class LLMEngine:
         plist = list(params) if isinstance(params, list | tuple) else [params] * len(prompts)
         if len(plist) != len(prompts):
             raise ValueError(f"params has {len(plist)} entries for {len(prompts)} prompts")
+        alist = list(adapters) if isinstance(adapters, list | tuple) else [adapters] * len(prompts)
+        if len(alist) != len(prompts):
+            raise ValueError(f"adapters has {len(alist)} entries for {len(prompts)} prompts")
         seqs = [
-            self.make_sequence(p, sp, tier, None, None)
-            for p, sp in zip(prompts, plist, strict=True)
+            self.make_sequence(p, sp, tier, None, None, a)
+            for p, sp, a in zip(prompts, plist, alist, strict=True)
         ]
         for seq in seqs:
             self.submit(seq)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from capacity.memory import seq_blocks
 from serving.engine.kv_blocks import BlockPool, Refused
-from serving.engine.prefix_cache import extend_block_hashes
+from serving.engine.prefix_cache import adapter_root, extend_block_hashes
 from serving.engine.sequence import Sequence
 
 
@@ -70,6 +70,9 @@ class KVLedger:
         self._sum_reserved = 0  # sum(self._reserved.values())
         self._free_margin = math.ceil(on_demand_free_fraction * pool.num_blocks)
         self.root_hash = b""  # the prefix cache's chain start (enable_prefix_caching)
+        # Bumped when an adapter is removed: blocks its old weights computed become unreachable
+        # (evicted LRU) even if other weights are later registered under the same name.
+        self._adapter_epochs: dict[str, int] = {}
         # Prompt tokens looked up in the prefix cache at admission, and those found (vLLM's
         # prefix_cache_queries / prefix_cache_hits, both in tokens).
         self.num_query_tokens = 0
@@ -78,6 +81,17 @@ class KVLedger:
     def enable_prefix_caching(self, root_hash: bytes) -> None:
         self.pool.enable_caching()
         self.root_hash = root_hash
+
+    def _root_of(self, seq: Sequence) -> bytes:
+        """The chain start of `seq`'s blocks: a LoRA adapter changes every K/V it computes, so
+        blocks of different adapters (or of the base model) never share a hash."""
+        if seq.adapter is None:
+            return self.root_hash
+        return adapter_root(self.root_hash, seq.adapter, self._adapter_epochs.get(seq.adapter, 0))
+
+    def forget_adapter(self, name: str) -> None:
+        """An adapter was removed: its cached blocks must never match again."""
+        self._adapter_epochs[name] = self._adapter_epochs.get(name, 0) + 1
 
     @property
     def num_reserved_blocks(self) -> int:
@@ -106,7 +120,7 @@ class KVLedger:
         if not pool.caching or seq.num_computed_tokens:
             return []
         bs = pool.block_size_tokens
-        hashes = extend_block_hashes(seq.block_hashes, seq.token_ids, bs, self.root_hash)
+        hashes = extend_block_hashes(seq.block_hashes, seq.token_ids, bs, self._root_of(seq))
         return pool.match(hashes, (seq.num_tokens - 1) // bs)
 
     def need(self, seq: Sequence, cached: list[int], first_chunk_tokens: int) -> KVNeed:
@@ -122,6 +136,10 @@ class KVLedger:
         start = len(cached) * pool.block_size_tokens if cached else seq.num_computed_tokens
         grow = pool.blocks_to_grow(seq.request_id, start + first_chunk_tokens) - len(cached)
         return KVNeed(grow + len(cached) - shared + self._free_margin, pool.num_free_blocks)
+
+    def slot_free(self, seq: Sequence) -> bool:
+        """Whatever besides KV `seq` needs is there (AdapterLedger: its LoRA slot)."""
+        return True
 
     def can_admit(self, seq: Sequence, first_chunk_tokens: int) -> bool:
         """Whether `seq`'s first chunk fits, with no cached prefix (tests, callers outside)."""
@@ -144,7 +162,7 @@ class KVLedger:
         """After a step computed more of `seq`: offer its newly full blocks to the cache."""
         if self.pool.caching:
             bs = self.pool.block_size_tokens
-            hashes = extend_block_hashes(seq.block_hashes, seq.token_ids, bs, self.root_hash)
+            hashes = extend_block_hashes(seq.block_hashes, seq.token_ids, bs, self._root_of(seq))
             self.pool.commit(seq.request_id, hashes, seq.num_computed_tokens)
 
     def grow(self, seq: Sequence, num_tokens: int) -> list[int] | Refused:

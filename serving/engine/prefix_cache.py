@@ -29,6 +29,15 @@ def root_hash(model_key: str, dtype: str, adapter_id: str | None = None) -> byte
     return hashlib.blake2b(salt, digest_size=DIGEST_BYTES).digest()
 
 
+def adapter_root(root: bytes, adapter_name: str, epoch: int = 0) -> bytes:
+    """The chain start of a request served through a LoRA adapter: the engine's root salted with
+    the adapter's name and how many times that name was removed (KVLedger.forget_adapter), so
+    weights registered again under the same name never meet the old ones' blocks."""
+    h = hashlib.blake2b(root, digest_size=DIGEST_BYTES)
+    h.update(f"\0adapter\0{adapter_name}\0{epoch}".encode())
+    return h.digest()
+
+
 def block_hash(parent: bytes, token_ids: Sequence[int]) -> bytes:
     h = hashlib.blake2b(parent, digest_size=DIGEST_BYTES)
     h.update(array("q", token_ids).tobytes())

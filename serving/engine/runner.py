@@ -111,6 +111,7 @@ class PagedRunner:
             decode_attention, self.device, lambda: self._probe_flex(model)
         )
         self.last_forward_s = 0.0
+        self.adapters = None  # LoraManager when the engine serves adapters (serving/engine/lora/)
         model.set_attn_implementation(attention.register())
 
     def _probe_flex(self, model) -> str | None:
@@ -168,7 +169,10 @@ class PagedRunner:
         segments: list[PrefillSegment] = []
         sample_rows: list[int] = []
         sampled_from: list[int] = []
-        for i in order + list(range(nd, len(batch.seqs))):
+        packed = order + list(range(nd, len(batch.seqs)))
+        if self.adapters is not None:  # each packed row's adapter slot
+            self.adapters.begin_step((batch.seqs[i], batch.num_new_tokens[i]) for i in packed)
+        for i in packed:
             seq, n = batch.seqs[i], batch.num_new_tokens[i]
             c = seq.num_computed_tokens
             row = len(ids)
@@ -222,6 +226,7 @@ class HFRunner:
         self.model = model
         self.device = device
         self.last_forward_s = 0.0
+        self.adapters = None  # LoraManager when the engine serves adapters (serving/engine/lora/)
         self._new_cache = lambda: DynamicCache(config=model.config)
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
@@ -239,6 +244,8 @@ class HFRunner:
             c = seq.num_computed_tokens
             if c == 0:  # new, or preempted and recomputing: start from an empty cache
                 self._caches[seq.request_id] = self._new_cache()
+            if self.adapters is not None:
+                self.adapters.begin_step([(seq, n)])
             out = self.model(
                 input_ids=torch.tensor([seq.token_ids[c : c + n]], device=self.device),
                 position_ids=torch.arange(c, c + n, device=self.device).unsqueeze(0),

@@ -264,6 +264,8 @@ class Scheduler:
             return AdmissionStop(reason, tier, len(self.running) + 1, limit, "seqs")
         if tier is Tier.OFFLINE and self._num_offline() >= self._offline_cap(limit):
             return AdmissionStop("offline", tier, self._num_offline() + 1, limit, "seqs")
+        if not self.ledger.slot_free(seq):
+            return AdmissionStop("adapter", tier, 1, 0, "slots")
         cached = self.ledger.match(seq)
         chunk = min(self._uncached_tokens(seq, cached), budget, self.ledger.chunk_tokens)
         chunk = self._offline_tokens(seq, chunk)

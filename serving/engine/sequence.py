@@ -53,6 +53,7 @@ class Sequence:
     max_total_tokens: int
     generator: torch.Generator | None = None
     matcher: Any = None  # llguidance matcher of a constrained request (serving/engine/grammar.py)
+    adapter: str | None = None  # the LoRA adapter it runs with (serving/engine/lora/); None: base
     logprobs: list[TokenLogprob] = field(default_factory=list)  # per output token, when asked
     num_prompt_tokens: int = field(init=False)
     num_computed_tokens: int = 0

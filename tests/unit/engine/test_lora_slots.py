@@ -1,0 +1,134 @@
+"""The adapter slot pool (check-then-commit, LRU, pins) and the batched LoRA layer's arithmetic."""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from serving.engine.lora.layer import RUN_MIN_TOKENS, LoraLinear, LoraState, plan_step
+from serving.engine.lora.slots import AllPinned, Hit, Load, SlotPool
+
+
+def acquire(pool: SlotPool, name: str):
+    plan = pool.plan(name)
+    if isinstance(plan, AllPinned):
+        return plan
+    pool.commit(name, plan)
+    pool.check_integrity()
+    return plan
+
+
+def test_free_slots_first_then_least_recently_used():
+    pool = SlotPool(2)
+    assert acquire(pool, "a") == Load(0, None)
+    assert acquire(pool, "b") == Load(1, None)
+    assert acquire(pool, "a") == Hit(0)  # a is now the most recently used
+    assert acquire(pool, "c") == Load(1, "b")
+    assert pool.slot_of == {"a": 0, "c": 1}
+    assert (pool.num_loads, pool.num_hits, pool.num_evictions) == (3, 1, 1)
+
+
+def test_plan_changes_nothing():
+    pool = SlotPool(1)
+    acquire(pool, "a")
+    before = (dict(pool.slot_of), pool.num_loads, pool.num_evictions)
+    assert pool.plan("b") == Load(0, "a")
+    assert (dict(pool.slot_of), pool.num_loads, pool.num_evictions) == before
+
+
+def test_pinned_adapters_are_skipped_and_a_full_pool_refuses():
+    pool = SlotPool(2)
+    acquire(pool, "a")
+    acquire(pool, "b")
+    pool.pin("a")  # a is least recently used but in use
+    assert pool.plan("c") == Load(1, "b")
+    pool.pin("b")
+    assert pool.plan("c") == AllPinned(2)
+    assert pool.plan("a") == Hit(0)  # a pinned adapter still serves new requests
+    pool.unpin("a")
+    assert pool.plan("c") == Load(0, "a")
+    pool.check_integrity()
+
+
+def test_pins_count_requests_and_remove_refuses_pinned():
+    pool = SlotPool(1)
+    acquire(pool, "a")
+    pool.pin("a")
+    pool.pin("a")
+    pool.unpin("a")
+    assert not pool.remove("a")
+    pool.unpin("a")
+    assert pool.remove("a") and pool.num_free == 1
+    pool.check_integrity()
+
+
+def test_random_operations_keep_the_invariants():
+    rng = random.Random(0)
+    pool = SlotPool(3)
+    pinned: list[str] = []
+    for _ in range(2000):
+        name = f"x{rng.randrange(6)}"
+        op = rng.random()
+        if op < 0.5:
+            plan = acquire(pool, name)
+            if not isinstance(plan, AllPinned) and rng.random() < 0.5:
+                pool.pin(name)
+                pinned.append(name)
+            if isinstance(plan, Load) and plan.evict is not None:
+                assert plan.evict not in pinned, "evicted a pinned adapter"
+        elif op < 0.9 and pinned:
+            pool.unpin(pinned.pop(rng.randrange(len(pinned))))
+        else:
+            assert pool.remove(name) == (name not in pinned)
+        pool.check_integrity()
+        assert set(pinned) <= set(pool.slot_of)
+
+
+def test_plan_step_splits_long_runs_from_grouped_rows():
+    n = RUN_MIN_TOKENS
+    slots = [0, 1, -1, 1] + [2] * n + [-1] * 3 + [0] * (n - 1)
+    step = plan_step(slots, torch.device("cpu"))
+    assert step.runs == ((4, 4 + n, 2),)
+    short = [0, 1, 3, *range(7 + n, 7 + 2 * n - 1)]
+    assert step.rows.tolist() == short and step.num_rows == len(short)
+    by_slot = {slot: mask.squeeze(1).tolist() for slot, mask in step.groups}
+    assert by_slot == {
+        0: [True, False, False] + [True] * (n - 1),
+        1: [False, True, True] + [False] * (n - 1),
+    }
+    assert plan_step([-1, -1], torch.device("cpu")) is None
+
+
+def test_decode_rows_first_are_sliced_not_indexed():
+    step = plan_step([-1, 0, 3] + [1] * RUN_MIN_TOKENS, torch.device("cpu"))
+    assert step.rows.tolist() == [1, 2]  # row 0 is the base model's: not a prefix
+    step = plan_step([3, 0, 3] + [1] * RUN_MIN_TOKENS, torch.device("cpu"))
+    assert step.rows is None and step.num_rows == 3 and step.runs == ((3, 3 + RUN_MIN_TOKENS, 1),)
+
+
+def test_layer_adds_each_rows_own_update_and_nothing_to_base_rows():
+    torch.manual_seed(0)
+    in_f, out_f, slots, rank = 12, 10, 3, 4
+    base = torch.nn.Linear(in_f, out_f)
+    state = LoraState()
+    layer = LoraLinear(base, in_f, out_f, slots, rank, state, torch.float32, torch.device("cpu"))
+    weights = {}
+    for s, r in enumerate((4, 2, 3)):  # ranks below max are zero-padded
+        a, b = torch.randn(in_f, r), torch.randn(r, out_f)
+        layer.set_slot(s, a, b)
+        weights[s] = (a, b)
+    for token_slots in (
+        [2, -1, 0, 1] + [1] * RUN_MIN_TOKENS + [-1, 2],  # indexed rows and a run
+        [2, 0, 2, 1] + [0] * RUN_MIN_TOKENS,  # decode rows first (a slice) and a run
+    ):
+        x = torch.randn(1, len(token_slots), in_f)
+        state.step = plan_step(token_slots, torch.device("cpu"))
+        with torch.no_grad():
+            y = layer(x)[0]
+            expect = base(x)[0].clone()
+        for row, s in enumerate(token_slots):
+            if s >= 0:
+                a, b = weights[s]
+                expect[row] += (x[0, row] @ a) @ b
+        torch.testing.assert_close(y, expect, rtol=1e-5, atol=1e-5)
