@@ -1,6 +1,7 @@
-"""Many LoRA fine-tunes in one engine (issue 36, the engine part): decode throughput of a batch
-that mixes adapters against the base model alone at the same batch size, on the embedded
-SmolLM2-135M-Instruct, and the two ways of computing the batched low-rank update.
+"""Many LoRA fine-tunes in one engine (the engine part of multi-adapter serving): decode
+throughput of a batch that mixes adapters against the base model alone at the same batch
+size, on the embedded SmolLM2-135M-Instruct, and the two ways of computing the batched
+low-rank update.
 
     python benchmarks/lora_multiplex.py [--quick] [--json PATH] [--batch 16] [--max-tokens 64]
         [--num-adapters 16] [--rounds R] [--threads N]

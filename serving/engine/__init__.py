@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 _WHERE = {
     "EngineConfig": "serving.engine.config",
     "LLMEngine": "serving.engine.engine",
-    "StepTiming": "serving.engine.engine",
+    "StepTiming": "serving.engine.build",
     "EngineDeadError": "serving.engine.outputs",
     "RequestOutput": "serving.engine.outputs",
     "RequestTimeoutError": "serving.engine.outputs",
@@ -38,8 +38,9 @@ __all__ = [
 
 if TYPE_CHECKING:
     from common.tiers import Tier
+    from serving.engine.build import StepTiming
     from serving.engine.config import EngineConfig
-    from serving.engine.engine import LLMEngine, StepTiming
+    from serving.engine.engine import LLMEngine
     from serving.engine.outputs import (
         EngineDeadError,
         RequestOutput,

@@ -94,7 +94,7 @@ class EngineConfig:
     prefix_caching: bool = True
     # LoRA adapters (serving/engine/lora/): slots on the device for this many adapters at once,
     # each of rank up to max_lora_rank; 0: no adapters. The slots' memory is allocated at start
-    # (capacity.memory.lora_slot_bytes); more adapters may be registered, and the least
+    # (capacity.adapters.lora_slot_bytes); more adapters may be registered, and the least
     # recently used one no running request uses is evicted when another needs its slot.
     max_loras: int = 0
     max_lora_rank: int = 16  # the largest adapter rank the slots hold

@@ -12,22 +12,19 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 
 from serving.engine import cpu_linear, loader, torch_thread
+from serving.engine.build import StepTiming, build_kv
 from serving.engine.config import EngineConfig
 from serving.engine.driver import AsyncDriver
-from serving.engine.features import check_model
 from serving.engine.grammar import GrammarCompiler
-from serving.engine.kv_budget import measure_cuda
-from serving.engine.ledger import KVLedger
-from serving.engine.lora.ledger import AdapterLedger
+from serving.engine.lora import engine_ops
 from serving.engine.lora.manager import LoraManager
 from serving.engine.outputs import RequestOutput, StreamDelta
-from serving.engine.prefix_cache import setup_prefix_cache
-from serving.engine.runner import HFRunner, PagedRunner, Runner
+from serving.engine.runner import Runner
 from serving.engine.sampler import make_generator
 from serving.engine.sampling_params import SamplingParams
 from serving.engine.scheduler import ScheduledBatch, Scheduler
@@ -35,14 +32,6 @@ from serving.engine.sequence import RequestId, Sequence, Tier
 from serving.engine.stats import EngineStats, StatsTracker, engine_stats
 
 Prompt = str | Seq[int]
-
-
-@dataclass(frozen=True, slots=True)
-class StepTiming:
-    num_seqs: int
-    num_tokens: int
-    step_s: float
-    forward_s: float
 
 
 class LLMEngine:
@@ -77,35 +66,17 @@ class LLMEngine:
         self.adapters = (
             LoraManager(model, cfg.max_loras, cfg.max_lora_rank) if cfg.max_loras else None
         )
-        mc = model.config
-        use_paged = cfg.runner == "paged" or (
-            cfg.runner == "auto" and type(model)._supports_attention_backend
-        )
-        check_model(mc, "paged" if use_paged else "hf")  # refuse by name what we cannot serve
-        self.max_model_len = loader.resolve_max_model_len(cfg, mc)
-        num_blocks = loader.num_kv_blocks(
-            cfg, mc, self.dtype, self.device, self.max_model_len, self._warmup_reader(model)
-        )
-        self.pool = loader.make_block_pool(cfg, mc, num_blocks)
-        ledger_args = (self.pool, cfg.kv_mode, cfg.on_demand_free_fraction)
-        self.ledger = (
-            KVLedger(*ledger_args, cfg.max_num_batched_tokens)
-            if self.adapters is None
-            else AdapterLedger(*ledger_args, cfg.max_num_batched_tokens, adapters=self.adapters)
-        )
-        self.prefix_caching = setup_prefix_cache(self.ledger, cfg, mc, str(self.dtype), use_paged)
+        parts = build_kv(model, cfg, self.dtype, self.device, self.adapters)
+        self.max_model_len = parts.max_model_len
+        self.pool = parts.pool
+        self.ledger = parts.ledger
+        self.prefix_caching = parts.prefix_caching
+        self.kv_cache = parts.kv_cache
+        self.runner: Runner = parts.runner
         self.scheduler = Scheduler(cfg, self.ledger)
         self.eos_token_ids = loader.eos_token_ids(model, tokenizer)
-        self.vocab_size = mc.get_text_config().vocab_size
+        self.vocab_size = model.config.get_text_config().vocab_size
         self.grammars = GrammarCompiler(tokenizer, self.vocab_size, self.eos_token_ids)
-        self.kv_cache = None  # tensor, or GroupedKVCache (serving/engine/kv_cache.py)
-        self.runner: Runner
-        if use_paged:
-            self.kv_cache = loader.allocate_kv_cache(mc, self.dtype, self.device, self.pool)
-            self.runner = PagedRunner(model, self.kv_cache, self.pool, cfg.decode_attention)
-        else:
-            self.runner = HFRunner(model, self.device)
-        self.runner.adapters = self.adapters
         self._inbox: deque[tuple[str, object]] = deque()
         self._live: set[str] = set()
         self._ids = itertools.count()
@@ -122,14 +93,6 @@ class LLMEngine:
         self.schedule_hooks: list[Callable[[ScheduledBatch], None]] = []
         self._configured_min_num_seqs = cfg.min_num_seqs
         self._driver = AsyncDriver(self)
-
-    def _warmup_reader(self, model):
-        """On CUDA: a warm-up forward of the largest step, then free memory (kv_budget.py)."""
-        cfg, device = self.config, self.device
-        # Logits for as many rows as a step can hold tokens: the tuner may raise max_num_seqs,
-        # never the token budget past this (serving/engine/tuning.py).
-        tokens = cfg.max_num_batched_tokens
-        return lambda: measure_cuda(model, device, tokens, tokens)
 
     @classmethod
     def from_pretrained(
@@ -180,7 +143,7 @@ class LLMEngine:
     ) -> Sequence:
         """Validate a request and build its Sequence; raises ValueError if it can never run."""
         params = params or SamplingParams()
-        self._check_adapter(adapter)
+        engine_ops.check_adapter(self.adapters, adapter)
         ids = self.encode(prompt)
         if not ids:
             raise ValueError("prompt is empty; it must hold at least one token")
@@ -243,35 +206,19 @@ class LLMEngine:
         self._driver.wake()
 
     # ----- LoRA adapters (serving/engine/lora/) ---------------------------------------------
-    def _check_adapter(self, adapter: str | None) -> None:
-        if adapter is None:
-            return
-        if self.adapters is None:
-            raise ValueError(
-                f"adapter={adapter!r}: this engine serves no adapters (EngineConfig.max_loras=0)"
-            )
-        self.adapters.check_known(adapter)
-
     def add_adapter(self, name: str, path: str) -> None:
         """Register a PEFT LoRA adapter directory under `name` (validated now; loaded into a slot
         when a request needs it). ValueError naming the field when it cannot be served."""
-        if self.adapters is None:
-            raise ValueError("this engine serves no adapters; set EngineConfig.max_loras >= 1")
-        torch_thread.call(self.adapters.add, name, path)
+        torch_thread.call(engine_ops.require(self.adapters).add, name, path)
 
     def remove_adapter(self, name: str) -> None:
         """Forget an adapter; ValueError if unknown or a queued or running request uses it."""
-        if self.adapters is None:
-            raise ValueError("this engine serves no adapters; set EngineConfig.max_loras >= 1")
         torch_thread.call(self._remove_adapter, name)
 
     def _remove_adapter(self, name: str) -> None:
         live = [item for op, item in list(self._inbox) if op == "add"] + self.scheduler.running
         live += [s for queue in self.scheduler.waiting.values() for s in queue]
-        if any(s.adapter == name for s in live):  # type: ignore[union-attr]
-            raise ValueError(f"adapter {name!r} is in use by queued or running requests")
-        self.adapters.remove(name)  # type: ignore[union-attr]
-        self.ledger.forget_adapter(name)
+        engine_ops.remove_unused(self.adapters, self.ledger, live, name)  # type: ignore[arg-type]
 
     def abort(self, request_id: str) -> None:
         """Cancel a request and free everything it holds; takes effect at the next step."""

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-from capacity import memory
+from capacity import adapters, memory
 from serving.engine import dtypes, kv_cache
 from serving.engine.config import EngineConfig
 from serving.engine.kv_blocks import BlockPool
@@ -118,7 +118,7 @@ def preflight(path, cfg: EngineConfig, dtype: torch.dtype, device: torch.device,
     check_model(config, "hf")  # the architecture is checked once the model class is known
     params = count_params(config)
     weights = memory.weight_bytes(params, dtype, quantization_config(config))
-    weights += memory.lora_slot_bytes(config, dtype, cfg.max_loras, cfg.max_lora_rank)
+    weights += adapters.lora_slot_bytes(config, dtype, cfg.max_loras, cfg.max_lora_rank)
     max_len = resolve_max_model_len(cfg, config)
     bs = cfg.block_size_tokens
     windows = memory.paging_layout(config).group_windows

@@ -53,7 +53,7 @@ def call(fn: Callable[..., T], *args, **kwargs) -> T:
     return executor().submit(fn, *args, **kwargs).result()
 
 
-# ----- the replica's core layout (DESIGN.md decision 10, docs/engine.md#cores) -----------------
+# ----- the replica's core layout (decision 10, docs/engine.md#cores-decision-10) -----------------
 AUTO = "auto"
 # Cores an `auto` layout leaves to the front door (HTTP proxy, ingress), Ray's own processes and
 # the replica's event loop when the replica holds its node: what vLLM's CPU build reserves

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from capacity.memory import LORA_TARGETS
+from capacity.adapters import LORA_TARGETS
 
 # The projections an adapter may target (Llama-style names, as in PEFT's defaults for Llama,
 # Mistral, Qwen2/3, Gemma): the engine wraps exactly these, and capacity.memory sizes their slots.

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from capacity import memory
+from capacity import adapters as capacity_adapters
 from serving.engine.lora.adapter import LoraAdapter, load_adapter
 from serving.engine.lora.adapter_config import TARGET_MODULES
 from serving.engine.lora.layer import LoraLinear, LoraState, plan_step
@@ -36,7 +36,7 @@ def wrap_projections(
     """Replace every decoder layer's q/k/v/o and gate/up/down projection by a LoraLinear.
 
     Refuses (naming it) a model whose layers lack one of them (fused qkv_proj, experts): the slot
-    memory is sized by capacity.memory.lora_slot_bytes for exactly these seven."""
+    memory is sized by capacity.adapters.lora_slot_bytes for exactly these seven."""
     dtype = next(model.parameters()).dtype
     device = next(model.parameters()).device
     found: dict[str, tuple[torch.nn.Module, str, torch.nn.Module]] = {}
@@ -76,8 +76,10 @@ class LoraManager:
             + layer.lora_b.numel() * layer.lora_b.element_size()
             for layer in self.layers.values()
         )
-        expected = memory.lora_slot_bytes(model.config, self.dtype, max_loras, max_lora_rank)
-        assert self.slot_bytes == expected, "slot stacks differ from capacity.memory's formula"
+        expected = capacity_adapters.lora_slot_bytes(
+            model.config, self.dtype, max_loras, max_lora_rank
+        )
+        assert self.slot_bytes == expected, "slot stacks differ from capacity.adapters' formula"
         self.pool = SlotPool(max_loras)
         self.adapters: dict[str, LoraAdapter] = {}
         self._pinned: dict[str, str] = {}  # request id -> adapter it pins

@@ -142,7 +142,7 @@ def test_generate_api_takes_one_adapter_per_prompt(case):
 
 
 def test_slot_stacks_match_the_memory_formula(case):
-    from capacity.memory import lora_slot_bytes
+    from capacity.adapters import lora_slot_bytes
 
     arch, paths, *_ = case
     engine = _engine(arch, paths, max_loras=3, max_lora_rank=8)
