@@ -92,6 +92,8 @@ class DummyReplica:
             num_preemptions=3,
             num_timeouts=0,
             kv_use_fraction=0.2,
+            prefix_cache_query_tokens=0,
+            prefix_cache_hit_tokens=0,
         )
         self.metrics.update_engine(engine, avg_seq_len_tokens=400.0)  # pressure 2*400/1600
         self.metrics.update_gpus([GpuSample(0, "fake", 2**30, 2**34, 55.0)])
