@@ -179,6 +179,19 @@ class _ReadsRoutingStats:
 
     _warned_replica_ids: set[Any]
 
+    def _ready_to_rank(
+        self, candidates: list[RunningReplica], pending_request: PendingRequest | None
+    ) -> bool:
+        """What every choose_replicas does first; False when there is nothing to rank."""
+        if pending_request is not None:
+            # Without this flag Serve's retry loop re-calls choose_replicas with no sleep when
+            # every rank is full (the flag is normally set by Serve's locality/multiplex mixins).
+            pending_request.routing_context.should_backoff = True
+        if not candidates:
+            return False
+        self._warn_once_about_bad_stats(candidates)
+        return True
+
     def _warn_once_about_bad_stats(self, replicas: list[RunningReplica]) -> None:
         """Stats that are present but unusable rank a replica as 'no stats yet': say so once."""
         for replica in replicas:
@@ -226,13 +239,8 @@ class KVHeadroomRouter(FIFOMixin, _ReadsRoutingStats, RequestRouter):
         candidate_replicas: list[RunningReplica],
         pending_request: PendingRequest | None = None,
     ) -> list[list[RunningReplica]]:
-        if pending_request is not None:
-            # Without this flag Serve's retry loop re-calls choose_replicas with no sleep when
-            # every rank is full (the flag is normally set by Serve's locality/multiplex mixins).
-            pending_request.routing_context.should_backoff = True
-        if not candidate_replicas:
+        if not self._ready_to_rank(candidate_replicas, pending_request):
             return []
-        self._warn_once_about_bad_stats(candidate_replicas)
         return rank_by_headroom(
             [(replica, replica.routing_stats) for replica in candidate_replicas],
             self.band_fraction,
@@ -293,11 +301,8 @@ class PrefixAffinityRouter(_ReadsRoutingStats, RequestRouter):
         candidate_replicas: list[RunningReplica],
         pending_request: PendingRequest | None = None,
     ) -> list[list[RunningReplica]]:
-        if pending_request is not None:
-            pending_request.routing_context.should_backoff = True
-        if not candidate_replicas:
+        if not self._ready_to_rank(candidate_replicas, pending_request):
             return []
-        self._warn_once_about_bad_stats(candidate_replicas)
         return prefix_affinity_ranks(
             _prompt_of(pending_request),
             [(r, r.replica_id, r.routing_stats) for r in candidate_replicas],
