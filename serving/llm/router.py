@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ray.serve.request_router import FIFOMixin, PendingRequest, RequestRouter, RunningReplica
@@ -262,6 +262,24 @@ def prefix_affinity_ranks(
     return ranks if chosen is None else [[chosen], *ranks]
 
 
+def oldest_open_with_id(queue: Iterable[PendingRequest], internal_request_id: str):
+    """The oldest pending request of `queue` (arrival order) that carries this internal request
+    id and is not done yet, else None.
+
+    Serve's exact-match index keeps one pending request per internal request id, but every
+    handle call made while serving one HTTP request inherits that request's id: the n choices of
+    one chat request, or a batch job's lines, share it. The index then finds only the first of
+    them and the others would wait forever; this scan finds the next one.
+    """
+    for pending in queue:
+        if (
+            not pending.future.done()
+            and pending.metadata.internal_request_id == internal_request_id
+        ):
+            return pending
+    return None
+
+
 def _prompt_of(pending_request: PendingRequest | None) -> Sequence[int] | None:
     """The prompt token ids of a replica call (generate_stream(GenerateRequest)), else None."""
     if pending_request is None or not pending_request.args:
@@ -309,3 +327,19 @@ class PrefixAffinityRouter(_ReadsRoutingStats, RequestRouter):
             self.bound,
             self.band_fraction,
         )
+
+    def _fulfill_next_pending_request(self, replica: RunningReplica, request_metadata=None) -> None:
+        """Serve's exact match by internal request id, then the oldest open request sharing that
+        id (oldest_open_with_id): calls made inside one HTTP request share it."""
+        pending = None
+        if request_metadata is not None:
+            pending = self._get_pending_request_matching_internal_request_id(request_metadata)
+            if pending is None:
+                queue = self._pending_requests_to_fulfill
+                pending = oldest_open_with_id(queue, request_metadata.internal_request_id)
+        if pending is None:
+            return
+        self._cancel_routing_task_for_pending_request(pending)
+        self._record_queue_wait_time(pending)
+        pending.future.set_result(replica)
+        self._remove_pending_request_from_indices(pending)

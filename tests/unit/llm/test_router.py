@@ -198,3 +198,43 @@ def test_router_importable_by_the_string_serve_uses():
         request_routing_stats_period_s=0.5,
     )
     assert config.get_request_router_class().__name__ == "KVHeadroomRouter"
+
+
+# ----- calls that share one HTTP request's id -------------------------------------------------------
+def test_prefix_router_routes_every_call_made_inside_one_http_request():
+    """The n choices of a chat request (or a batch job's lines) are handle calls that inherit
+    their HTTP request's internal id; Serve's exact-match index holds only the first, so without
+    the scan the second and third would wait forever (the n=3 hang)."""
+    from ray.serve._private.common import RequestMetadata
+    from ray.serve._private.request_router.common import PendingRequest
+
+    from serving.llm.router import PrefixAffinityRouter
+    from serving.ray_internals import router_kwargs
+
+    async def scenario() -> list[str]:
+        router = PrefixAffinityRouter(**router_kwargs("hot", "app"))
+        router.initialize_state()
+        meta = RequestMetadata(request_id="r", internal_request_id="shared")
+        choices = [PendingRequest(args=[], kwargs={}, metadata=meta) for _ in range(3)]
+        for pending in choices:
+            router._pending_requests_to_fulfill.append(pending)
+            router._add_pending_request_to_indices(pending)
+        for name in ("x", "y", "z"):
+            router._fulfill_next_pending_request(FakeReplica(name, {}), meta)
+        return [pending.future.result().replica_id for pending in choices if pending.future.done()]
+
+    assert asyncio.run(scenario()) == ["x", "y", "z"]
+
+
+def test_oldest_open_with_id_skips_done_and_other_ids():
+    from serving.llm.router import oldest_open_with_id
+
+    def pending(internal_id: str, done: bool) -> SimpleNamespace:
+        future = SimpleNamespace(done=lambda: done)
+        return SimpleNamespace(
+            future=future, metadata=SimpleNamespace(internal_request_id=internal_id)
+        )
+
+    queue = [pending("a", True), pending("b", False), pending("a", False), pending("a", False)]
+    assert oldest_open_with_id(queue, "a") is queue[2]
+    assert oldest_open_with_id(queue, "c") is None
