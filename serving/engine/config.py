@@ -83,7 +83,7 @@ class EngineConfig:
     # Off: plain torch.nn.functional.linear.
     cpu_packed_linear: bool = True
     # Llama-family models (llama, mistral, qwen2, qwen3) run through the engine's own lean
-    # forward, the same arithmetic in a sixth of transformers' torch calls a layer
+    # forward, the same arithmetic without transformers' module plumbing
     # (serving/engine/lean_forward.py); false: the model's own forward. Paged runner only.
     lean_forward: bool = True
     # How the paged runner's decode rows read the KV cache. gather: copy each decode group's
