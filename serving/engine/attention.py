@@ -246,10 +246,17 @@ def paged_attention_forward(
     spec = _spec(module, scaling, dropout, sliding_window, softcap, kwargs)
     layer = module.layer_idx
     _check_window(module, layer, spec)
+    out = attend(paged, layer, spec, query[0], key[0], value[0])
+    return out.unsqueeze(0), None  # [1, T, H, D], as transformers' own backends return
+
+
+def attend(paged: PagedMetadata, layer: int, spec: _Spec, q, k, v) -> torch.Tensor:
+    """Write this step's K/V of `layer` into the cache, then attend: q [H, T, D], k and v
+    [Hkv, T, D] (views of any strides) -> [T, H, D]. The model's own forward reaches it
+    through paged_attention_forward, the lean forward (serving/engine/lean_forward.py) directly."""
     cache = paged.kv_cache[layer]  # [2, Hkv, num_blocks + 1, bs, D]
     slots, decode_blocks, prefill_blocks = _group_blocks(paged, layer)
     flat = cache.view(2, cache.shape[1], -1, cache.shape[-1])
-    q, k, v = query[0], key[0], value[0]  # [H, T, D], [Hkv, T, D], [Hkv, T, D]
     flat[0].index_copy_(1, slots, k)
     flat[1].index_copy_(1, slots, v)
     out = torch.empty(q.shape[1], q.shape[0], q.shape[2], dtype=q.dtype, device=q.device)
@@ -257,7 +264,7 @@ def paged_attention_forward(
         out[group.start : group.end] = _decode(q, cache, group, spec, paged, blocks)
     for seg, blocks in zip(paged.prefills, prefill_blocks, strict=True):
         out[seg.start : seg.end] = _prefill(q, k, v, cache, seg, spec, paged, blocks)
-    return out.unsqueeze(0), None  # [1, T, H, D], as transformers' own backends return
+    return out
 
 
 def _group_blocks(paged: PagedMetadata, layer: int):

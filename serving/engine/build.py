@@ -74,7 +74,7 @@ def build_kv(
     runner: Runner
     if use_paged:
         kv_cache = loader.allocate_kv_cache(mc, dtype, device, pool)
-        runner = PagedRunner(model, kv_cache, pool, cfg.decode_attention)
+        runner = PagedRunner(model, kv_cache, pool, cfg.decode_attention, cfg.lean_forward)
     else:
         runner = HFRunner(model, device)
     runner.adapters = adapters

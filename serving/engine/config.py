@@ -82,6 +82,10 @@ class EngineConfig:
     # small-batch decode matmuls do not re-pack them every step (serving/engine/cpu_linear.py).
     # Off: plain torch.nn.functional.linear.
     cpu_packed_linear: bool = True
+    # Llama-family models (llama, mistral, qwen2, qwen3) run through the engine's own lean
+    # forward, the same arithmetic without transformers' module plumbing
+    # (serving/engine/lean_forward.py); false: the model's own forward. Paged runner only.
+    lean_forward: bool = True
     # How the paged runner's decode rows read the KV cache. gather: copy each decode group's
     # blocks, then SDPA (fastest on CPU); flex: FlexAttention reads the cache in place through
     # a block mask built from the block tables (serving/engine/flex_decode.py); auto: flex on
@@ -145,6 +149,8 @@ class EngineConfig:
             raise ValueError(
                 f"{_OWNER}.cpu_packed_linear={self.cpu_packed_linear!r} must be true or false"
             )
+        if not isinstance(self.lean_forward, bool):
+            raise ValueError(f"{_OWNER}.lean_forward={self.lean_forward!r} must be true or false")
         if not isinstance(self.prefix_caching, bool):
             raise ValueError(
                 f"{_OWNER}.prefix_caching={self.prefix_caching!r} must be true or false"

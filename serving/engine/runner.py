@@ -16,6 +16,7 @@ from serving.engine import attention
 from serving.engine.attention import DecodeGroup, PagedMetadata, PrefillSegment
 from serving.engine.flex_decode import probe_flex, resolve_decode_attention
 from serving.engine.kv_blocks import BlockPool
+from serving.engine.lean_forward import LeanForward, supports
 from serving.engine.sampler import sample
 from serving.engine.scheduler import ScheduledBatch
 from serving.engine.sequence import Sequence
@@ -100,7 +101,12 @@ def _rows_of(batch: ScheduledBatch, rows: list[int]) -> list[Sequence]:
 
 class PagedRunner:
     def __init__(
-        self, model, kv_cache: torch.Tensor, pool: BlockPool, decode_attention: str = "gather"
+        self,
+        model,
+        kv_cache: torch.Tensor,
+        pool: BlockPool,
+        decode_attention: str = "gather",
+        lean_forward: bool = True,
     ) -> None:
         self.model = model
         self.kv_cache = kv_cache
@@ -113,6 +119,9 @@ class PagedRunner:
         self.last_forward_s = 0.0
         self.adapters = None  # LoraManager when the engine serves adapters (serving/engine/lora/)
         model.set_attn_implementation(attention.register())
+        # Llama-family models skip transformers' plumbing (serving/engine/lean_forward.py);
+        # built after packing and LoRA wrapping, so it calls the modules that serve.
+        self.lean = LeanForward(model) if lean_forward and supports(model) else None
 
     def _probe_flex(self, model) -> str | None:
         layer = self.kv_cache[0]  # [2, kv_heads, blocks + 1, block_size, head_dim]
@@ -202,14 +211,18 @@ class PagedRunner:
         dev = self.device
         timer = ForwardTimer(dev)
         timer.begin()
-        out = self.model(
-            input_ids=to_device(ids, dev).unsqueeze(0),
-            position_ids=to_device(pos, dev).unsqueeze(0),
-            use_cache=False,
-            paged=meta,
-            logits_to_keep=to_device(sample_rows, dev),
-        )
-        logits = out.logits[0]
+        ids_t, pos_t, keep = to_device(ids, dev), to_device(pos, dev), to_device(sample_rows, dev)
+        if self.lean is not None:
+            logits = self.lean(ids_t, pos_t, meta, keep)
+        else:
+            out = self.model(
+                input_ids=ids_t.unsqueeze(0),
+                position_ids=pos_t.unsqueeze(0),
+                use_cache=False,
+                paged=meta,
+                logits_to_keep=keep,
+            )
+            logits = out.logits[0]
         wall_s = timer.stop()
         tokens = sample(logits, _rows_of(batch, sampled_from))  # the step's one sync point
         self.last_forward_s = timer.elapsed_s() if wall_s is None else wall_s
