@@ -145,7 +145,7 @@ class LoraManager:
         for seq, n in rows:
             slot = -1 if seq.adapter is None else slot_of[seq.adapter]
             token_slots.extend([slot] * n)
-        self.state.step = plan_step(token_slots, self.device)
+        self.state.step = plan_step(token_slots, self.state)
 
     def end_step(self) -> None:
         self.state.step = None
