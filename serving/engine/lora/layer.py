@@ -149,6 +149,53 @@ def plan_step(token_slots: list[int], state: LoraState) -> LoraStep | None:
     return LoraStep(tuple(runs), index, num, shrink, expand)
 
 
+class SharedShrink:
+    """One A stack for projections that read the same input tensor (q/k/v; gate/up):
+    [num_slots, in, members*r_max], member k's A in columns k*r_max .. (k+1)*r_max. The first
+    member called in a step computes every member's h with one bag sum (rows of members*r_max
+    floats: a third of the lookups and kernel calls of three separate sums for q/k/v) and the
+    others take their columns. Keyed by the input tensor itself and the step, so a member
+    called on another input (a model that does not share it) computes its own: slower, never
+    wrong."""
+
+    def __init__(
+        self,
+        num_members: int,
+        num_slots: int,
+        in_features: int,
+        max_rank: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        self.max_rank = max_rank
+        self.a = torch.zeros(
+            num_slots, in_features, num_members * max_rank, dtype=dtype, device=device
+        )
+        self.a_flat = self.a.view(-1, num_members * max_rank)
+        self._key: tuple[torch.Tensor, LoraStep] | None = None
+        self._h: torch.Tensor | None = None
+
+    def member_a(self, member: int) -> torch.Tensor:
+        """Member k's [num_slots, in, r_max] view (writes land in the shared stack)."""
+        return self.a[:, :, member * self.max_rank : (member + 1) * self.max_rank]
+
+    def h(self, member: int, x: torch.Tensor, step: LoraStep, xs: torch.Tensor) -> torch.Tensor:
+        """[n, r_max] h of member k for the bag rows xs of input x (contiguous)."""
+        key = self._key
+        if key is None or key[0] is not x or key[1] is not step:
+            index, offsets = step.shrink[self.a.shape[1]]
+            self._h = torch.embedding_bag(
+                self.a_flat, index, offsets, False, _SUM, False, xs.reshape(-1)
+            )[0]
+            self._key = (x, step)
+        assert self._h is not None
+        return self._h[:, member * self.max_rank : (member + 1) * self.max_rank].contiguous()
+
+    def clear(self) -> None:
+        """Drop the cached input and h (the step is over)."""
+        self._key = self._h = None
+
+
 class LoraLinear(torch.nn.Module):
     def __init__(
         self,
@@ -160,16 +207,23 @@ class LoraLinear(torch.nn.Module):
         state: LoraState,
         dtype: torch.dtype,
         device: torch.device,
+        shared: tuple[SharedShrink, int] | None = None,
     ) -> None:
+        """`shared`: (the SharedShrink of the projections reading this one's input, this
+        projection's member index in it), or None for an A stack of its own."""
         super().__init__()
         self.base = base
         self.in_features = in_features
         self.out_features = out_features
         self.max_rank = max_rank
         self.state = state
+        self.shared = shared
         state.register(in_features, max_rank, torch.device(device))
         # Buffers: never trained, and `model.parameters()` keeps naming the base weights' dtype.
-        a = torch.zeros(num_slots, in_features, max_rank, dtype=dtype, device=device)
+        if shared is None:
+            a = torch.zeros(num_slots, in_features, max_rank, dtype=dtype, device=device)
+        else:
+            a = shared[0].member_a(shared[1])
         b = torch.zeros(num_slots, max_rank, out_features, dtype=dtype, device=device)
         self.register_buffer("lora_a", a, persistent=False)
         self.register_buffer("lora_b", b, persistent=False)
@@ -202,9 +256,12 @@ class LoraLinear(torch.nn.Module):
         if n == 0:
             return y
         xs = flat_x[:n] if step.rows is None else flat_x.index_select(0, step.rows)
-        index, offsets = step.shrink[self.in_features]
-        a_flat = self.lora_a.view(-1, self.max_rank)
-        h = torch.embedding_bag(a_flat, index, offsets, False, _SUM, False, xs.reshape(-1))[0]
+        if self.shared is not None:
+            h = self.shared[0].h(self.shared[1], x, step, xs)
+        else:
+            index, offsets = step.shrink[self.in_features]
+            a_flat = self.lora_a.view(-1, self.max_rank)
+            h = torch.embedding_bag(a_flat, index, offsets, False, _SUM, False, xs.reshape(-1))[0]
         index, offsets = step.expand
         b_flat = self.lora_b.view(-1, self.out_features)
         dy = torch.embedding_bag(b_flat, index, offsets, False, _SUM, False, h.view(-1))[0]

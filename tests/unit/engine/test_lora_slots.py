@@ -6,7 +6,13 @@ import random
 
 import torch
 
-from serving.engine.lora.layer import RUN_MIN_TOKENS, LoraLinear, LoraState, plan_step
+from serving.engine.lora.layer import (
+    RUN_MIN_TOKENS,
+    LoraLinear,
+    LoraState,
+    SharedShrink,
+    plan_step,
+)
 from serving.engine.lora.slots import AllPinned, Hit, Load, SlotPool
 
 
@@ -162,3 +168,37 @@ def test_layer_adds_each_rows_own_update_and_nothing_to_base_rows():
                 a, b = weights[s]
                 expect[row] += (x[0, row] @ a) @ b
         torch.testing.assert_close(y, expect, rtol=1e-5, atol=1e-5)
+
+
+def test_projections_sharing_an_input_share_one_shrink_and_each_get_their_own_update():
+    torch.manual_seed(1)
+    in_f, outs, slots, rank = 12, (10, 6, 6), 3, 4
+    state = LoraState()
+    group = SharedShrink(len(outs), slots, in_f, rank, torch.float32, torch.device("cpu"))
+    bases = [torch.nn.Linear(in_f, out) for out in outs]
+    layers = [
+        LoraLinear(b, in_f, out, slots, rank, state, torch.float32, torch.device("cpu"), (group, k))
+        for k, (b, out) in enumerate(zip(bases, outs, strict=True))
+    ]
+    weights = {}
+    for k, (layer, out) in enumerate(zip(layers, outs, strict=True)):
+        for s, r in enumerate((4, 2, 3)):
+            a, b = torch.randn(in_f, r), torch.randn(r, out)
+            layer.set_slot(s, a, b)
+            weights[k, s] = (a, b)
+    assert group.a.abs().sum() > 0, "set_slot must write into the shared stack"
+    token_slots = [2, -1, 0, 1, 1, 2] + [0] * RUN_MIN_TOKENS
+    x = torch.randn(1, len(token_slots), in_f)
+    state.step = plan_step(token_slots, state)
+    with torch.no_grad():
+        ys = [layer(x)[0] for layer in layers]  # one input tensor: one bag sum for all three
+        other = layers[1](x.clone())[0]  # another tensor, same values: computed afresh
+        expect = [base(x)[0].clone() for base in bases]
+    for row, s in enumerate(token_slots):
+        if s >= 0:
+            for k in range(len(outs)):
+                a, b = weights[k, s]
+                expect[k][row] += (x[0, row] @ a) @ b
+    for y, e in zip(ys, expect, strict=True):
+        torch.testing.assert_close(y, e, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(other, expect[1], rtol=1e-5, atol=1e-5)
