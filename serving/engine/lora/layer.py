@@ -18,7 +18,8 @@ costs one attribute read per layer. One LoraStep, planned once per step for ever
 
          i.e. x[b] @ A[slot_b] and h[b] @ B[slot_b], two kernel calls per projection whatever the
          number of adapters in the step, no weight copied (the row indices are built once per
-         step into LoraState's buffers, not per layer).
+         step into LoraState's buffers, not per layer). Projections that read one input
+         (q/k/v, gate/up) share one A stack and one shrink sum (SharedShrink).
 
 Why embedding bags (benchmarks/lora_multiplex.py times the ways at 16 decode rows of SmolLM2-135M,
 docs/engine.md "Adapters"): grouping rows by adapter costs a pair of matmuls per adapter present,
