@@ -21,7 +21,7 @@ import torch
 from capacity import adapters as capacity_adapters
 from serving.engine.lora.adapter import LoraAdapter, load_adapter
 from serving.engine.lora.adapter_config import TARGET_MODULES
-from serving.engine.lora.layer import LoraLinear, LoraState, plan_step
+from serving.engine.lora.layer import LoraLinear, LoraState, SharedShrink, plan_step
 from serving.engine.lora.slots import AllPinned, Load, SlotPool
 from serving.engine.sequence import Sequence
 
@@ -30,10 +30,16 @@ def _features(module: torch.nn.Module) -> tuple[int, int]:
     return int(module.in_features), int(module.out_features)
 
 
+# Projections that read one input tensor in the decoder layers of the supported models (one
+# module calls them on the same hidden state): their A stacks are one SharedShrink.
+SHARED_INPUT = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
+
 def wrap_projections(
     model: torch.nn.Module, num_slots: int, max_rank: int, state: LoraState
-) -> dict[str, LoraLinear]:
-    """Replace every decoder layer's q/k/v/o and gate/up/down projection by a LoraLinear.
+) -> tuple[dict[str, LoraLinear], list[SharedShrink]]:
+    """Replace every decoder layer's q/k/v/o and gate/up/down projection by a LoraLinear, and
+    give q/k/v (and gate/up) of one parent module one SharedShrink.
 
     Refuses (naming it) a model whose layers lack one of them (fused qkv_proj, experts): the slot
     memory is sized by capacity.adapters.lora_slot_bytes for exactly these seven."""
@@ -54,20 +60,37 @@ def wrap_projections(
                 f"layers; {type(model).__name__} has {count} {leaf!r} modules. Set "
                 "EngineConfig.max_loras=0 to serve it without adapters"
             )
+    shared: dict[str, tuple[SharedShrink, int]] = {}
+    groups: list[SharedShrink] = []
+    for full, (_parent, name, child) in found.items():
+        prefix = full[: -len(name)]
+        for members in SHARED_INPUT:
+            fulls = [prefix + m for m in members]
+            if name != members[0] or not all(f in found for f in fulls):
+                continue
+            if len({_features(found[f][2])[0] for f in fulls}) != 1:
+                continue  # inputs of different widths cannot be one tensor
+            group = SharedShrink(
+                len(members), num_slots, _features(child)[0], max_rank, dtype, device
+            )
+            groups.append(group)
+            shared.update({f: (group, k) for k, f in enumerate(fulls)})
     layers: dict[str, LoraLinear] = {}
     for full, (parent, name, child) in found.items():
         in_f, out_f = _features(child)
-        layer = LoraLinear(child, in_f, out_f, num_slots, max_rank, state, dtype, device)
+        layer = LoraLinear(
+            child, in_f, out_f, num_slots, max_rank, state, dtype, device, shared.get(full)
+        )
         setattr(parent, name, layer)
         layers[full] = layer
-    return layers
+    return layers, groups
 
 
 class LoraManager:
     def __init__(self, model: torch.nn.Module, max_loras: int, max_lora_rank: int) -> None:
         self.max_lora_rank = max_lora_rank
         self.state = LoraState()
-        self.layers = wrap_projections(model, max_loras, max_lora_rank, self.state)
+        self.layers, self._shared = wrap_projections(model, max_loras, max_lora_rank, self.state)
         self.shapes = {name: (m.in_features, m.out_features) for name, m in self.layers.items()}
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
@@ -145,10 +168,12 @@ class LoraManager:
         for seq, n in rows:
             slot = -1 if seq.adapter is None else slot_of[seq.adapter]
             token_slots.extend([slot] * n)
-        self.state.step = plan_step(token_slots, self.device)
+        self.state.step = plan_step(token_slots, self.state)
 
     def end_step(self) -> None:
         self.state.step = None
+        for group in self._shared:
+            group.clear()  # drop the step's inputs the shrink cache holds
 
     def check_integrity(self) -> None:
         self.pool.check_integrity()

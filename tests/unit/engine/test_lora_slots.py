@@ -6,7 +6,13 @@ import random
 
 import torch
 
-from serving.engine.lora.layer import RUN_MIN_TOKENS, LoraLinear, LoraState, plan_step
+from serving.engine.lora.layer import (
+    RUN_MIN_TOKENS,
+    LoraLinear,
+    LoraState,
+    SharedShrink,
+    plan_step,
+)
 from serving.engine.lora.slots import AllPinned, Hit, Load, SlotPool
 
 
@@ -85,26 +91,54 @@ def test_random_operations_keep_the_invariants():
         assert set(pinned) <= set(pool.slot_of)
 
 
-def test_plan_step_splits_long_runs_from_grouped_rows():
+def _state(widths=(5, 3), max_rank=4) -> LoraState:
+    """A LoraState as the layers of a model with these in_features would register it."""
+    state = LoraState()
+    for width in widths:
+        state.register(width, max_rank, torch.device("cpu"))
+    return state
+
+
+def _bags(index_offsets) -> list[list[int]]:
+    index, offsets = index_offsets
+    ends = [*offsets.tolist()[1:], index.numel()]
+    return [index[s:e].tolist() for s, e in zip(offsets.tolist(), ends, strict=True)]
+
+
+def test_plan_step_splits_long_runs_from_bag_rows():
     n = RUN_MIN_TOKENS
     slots = [0, 1, -1, 1] + [2] * n + [-1] * 3 + [0] * (n - 1)
-    step = plan_step(slots, torch.device("cpu"))
+    step = plan_step(slots, _state())
     assert step.runs == ((4, 4 + n, 2),)
     short = [0, 1, 3, *range(7 + n, 7 + 2 * n - 1)]
     assert step.rows.tolist() == short and step.num_rows == len(short)
-    by_slot = {slot: mask.squeeze(1).tolist() for slot, mask in step.groups}
-    assert by_slot == {
-        0: [True, False, False] + [True] * (n - 1),
-        1: [False, True, True] + [False] * (n - 1),
-    }
-    assert plan_step([-1, -1], torch.device("cpu")) is None
+    row_slots = [0, 1, 1] + [0] * (n - 1)
+    # each bag row reads its own slot's block: slot * width + (0 .. width-1)
+    for width in (5, 3):
+        assert _bags(step.shrink[width]) == [
+            list(range(s * width, (s + 1) * width)) for s in row_slots
+        ]
+    assert _bags(step.expand) == [list(range(s * 4, s * 4 + 4)) for s in row_slots]
+    assert plan_step([-1, -1], _state()) is None
 
 
 def test_decode_rows_first_are_sliced_not_indexed():
-    step = plan_step([-1, 0, 3] + [1] * RUN_MIN_TOKENS, torch.device("cpu"))
+    state = _state()
+    step = plan_step([-1, 0, 3] + [1] * RUN_MIN_TOKENS, state)
     assert step.rows.tolist() == [1, 2]  # row 0 is the base model's: not a prefix
-    step = plan_step([3, 0, 3] + [1] * RUN_MIN_TOKENS, torch.device("cpu"))
+    step = plan_step([3, 0, 3] + [1] * RUN_MIN_TOKENS, state)
     assert step.rows is None and step.num_rows == 3 and step.runs == ((3, 3 + RUN_MIN_TOKENS, 1),)
+    step = plan_step([2] * RUN_MIN_TOKENS, state)  # one prefill chunk: no bag part at all
+    assert step.num_rows == 0 and step.expand is None and step.runs == ((0, RUN_MIN_TOKENS, 2),)
+
+
+def test_plan_reuses_its_index_buffers_until_a_step_has_more_rows():
+    state = _state()
+    first = plan_step([0, 1, 2], state).expand[0]
+    again = plan_step([2, 2, 1, 0, 1], state).expand[0]
+    assert again.data_ptr() == first.data_ptr(), "a steady batch should write the same buffer"
+    grown = plan_step([0, 1] * 20, state)  # past the first capacity (16 rows)
+    assert grown.num_rows == 40 and _bags(grown.expand)[39] == [4, 5, 6, 7]
 
 
 def test_layer_adds_each_rows_own_update_and_nothing_to_base_rows():
@@ -113,6 +147,7 @@ def test_layer_adds_each_rows_own_update_and_nothing_to_base_rows():
     base = torch.nn.Linear(in_f, out_f)
     state = LoraState()
     layer = LoraLinear(base, in_f, out_f, slots, rank, state, torch.float32, torch.device("cpu"))
+    assert plan_step([0, 1], state).shrink.keys() == {in_f}
     weights = {}
     for s, r in enumerate((4, 2, 3)):  # ranks below max are zero-padded
         a, b = torch.randn(in_f, r), torch.randn(r, out_f)
@@ -121,9 +156,10 @@ def test_layer_adds_each_rows_own_update_and_nothing_to_base_rows():
     for token_slots in (
         [2, -1, 0, 1] + [1] * RUN_MIN_TOKENS + [-1, 2],  # indexed rows and a run
         [2, 0, 2, 1] + [0] * RUN_MIN_TOKENS,  # decode rows first (a slice) and a run
+        [k % 3 for k in range(20)],  # more decode rows than the first index buffers hold
     ):
         x = torch.randn(1, len(token_slots), in_f)
-        state.step = plan_step(token_slots, torch.device("cpu"))
+        state.step = plan_step(token_slots, state)
         with torch.no_grad():
             y = layer(x)[0]
             expect = base(x)[0].clone()
@@ -132,3 +168,37 @@ def test_layer_adds_each_rows_own_update_and_nothing_to_base_rows():
                 a, b = weights[s]
                 expect[row] += (x[0, row] @ a) @ b
         torch.testing.assert_close(y, expect, rtol=1e-5, atol=1e-5)
+
+
+def test_projections_sharing_an_input_share_one_shrink_and_each_get_their_own_update():
+    torch.manual_seed(1)
+    in_f, outs, slots, rank = 12, (10, 6, 6), 3, 4
+    state = LoraState()
+    group = SharedShrink(len(outs), slots, in_f, rank, torch.float32, torch.device("cpu"))
+    bases = [torch.nn.Linear(in_f, out) for out in outs]
+    layers = [
+        LoraLinear(b, in_f, out, slots, rank, state, torch.float32, torch.device("cpu"), (group, k))
+        for k, (b, out) in enumerate(zip(bases, outs, strict=True))
+    ]
+    weights = {}
+    for k, (layer, out) in enumerate(zip(layers, outs, strict=True)):
+        for s, r in enumerate((4, 2, 3)):
+            a, b = torch.randn(in_f, r), torch.randn(r, out)
+            layer.set_slot(s, a, b)
+            weights[k, s] = (a, b)
+    assert group.a.abs().sum() > 0, "set_slot must write into the shared stack"
+    token_slots = [2, -1, 0, 1, 1, 2] + [0] * RUN_MIN_TOKENS
+    x = torch.randn(1, len(token_slots), in_f)
+    state.step = plan_step(token_slots, state)
+    with torch.no_grad():
+        ys = [layer(x)[0] for layer in layers]  # one input tensor: one bag sum for all three
+        other = layers[1](x.clone())[0]  # another tensor, same values: computed afresh
+        expect = [base(x)[0].clone() for base in bases]
+    for row, s in enumerate(token_slots):
+        if s >= 0:
+            for k in range(len(outs)):
+                a, b = weights[k, s]
+                expect[k][row] += (x[0, row] @ a) @ b
+    for y, e in zip(ys, expect, strict=True):
+        torch.testing.assert_close(y, e, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(other, expect[1], rtol=1e-5, atol=1e-5)
