@@ -56,6 +56,18 @@ def router_kwargs(name: str, app_name: str) -> dict[str, Any]:
     }
 
 
+def pending_request(internal_request_id: str, args: list[Any] | None = None) -> Any:
+    """A routing request as Serve queues it for a RequestRouter (unit tests of a router's
+    matching; Serve builds them from private types)."""
+    from ray.serve._private.common import RequestMetadata
+    from ray.serve._private.request_router.common import PendingRequest
+
+    metadata = RequestMetadata(
+        request_id=internal_request_id, internal_request_id=internal_request_id
+    )
+    return PendingRequest(args=args or [], kwargs={}, metadata=metadata)
+
+
 def auth_headers() -> dict[str, str]:
     """Ray 2.60 token auth: the header Ray's own state API sends ({} when auth is off)."""
     from ray._private.authentication.http_token_authentication import (

@@ -211,10 +211,14 @@ class ReplicaSection:
     # otherwise wait behind the engines' compute, and that wait is TTFT no replica can see
     # (docs/serving.md#the-front-door-runs-first). 0 leaves Ray's niceness as it is.
     cpu_nice_increment: int = 4
+    # A replica that just became ready takes a share of its routing rank rising from 10% to all
+    # over this window (serving/llm/slow_start.py), not every request at once. 0 disables.
+    slow_start_s: float = 10.0
 
     def __post_init__(self) -> None:
         o = self._owner
         check_range(o, "stream_interval_s", self.stream_interval_s, 0.0, 5.0)
+        check_range(o, "slow_start_s", self.slow_start_s, 0.0, 3600.0)
         check_range(o, "cpu_nice_increment", self.cpu_nice_increment, 0, 19, integer=True)
         check_range(o, "num_cpus", self.num_cpus, 0.0, None)
         check_range(o, "num_gpus", self.num_gpus, 0.0, None)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from common.tiers import check_tier
 from serving.engine.outputs import TokenLogprob
 from serving.engine.sampling_params import SamplingParams
+from serving.llm.startup import StartupPhases
 
 if TYPE_CHECKING:
     from capacity.probe import GpuSample
@@ -127,7 +128,7 @@ class ReplicaInfo:
 
     pool: str
     fingerprint: str
-    warmup_s: float
+    warmup_s: float  # the constructor's total: load, self-check and warm-up (startup.total_s)
     max_model_len: int
     kv_blocks_total: int
     kv_blocks_used: int
@@ -136,6 +137,7 @@ class ReplicaInfo:
     waiting: int
     live_requests: int
     pid: int
+    startup: StartupPhases = field(default_factory=StartupPhases)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from serving.telemetry import LATENCY_BUCKETS_S, MetricFactory, serve_metric
 if TYPE_CHECKING:
     from capacity.probe import GpuSample
     from serving.engine import EngineStats
+    from serving.llm.startup import StartupPhases
 
 # vLLM's names, as vLLM exports them through Ray (ray_vllm_*), where the meaning is the same.
 TTFT = "vllm_time_to_first_token_seconds"
@@ -68,9 +69,11 @@ GPU_UTILIZATION = "tideserve_gpu_utilization_pct"
 GPU_MEMORY_USED = "tideserve_gpu_memory_used_bytes"
 GPU_MEMORY_TOTAL = "tideserve_gpu_memory_total_bytes"
 GPU_POWER = "tideserve_gpu_power_watts"
+STARTUP = "tideserve_replica_startup_seconds"
 
 POOL, MODEL, TIER, GPU = "pool", "model_name", "tier", "gpu"
 REASON, STATUS, ACTION, KNOB = "finished_reason", "status", "action", "knob"
+PHASE = "phase"
 # How a request ended at the replica (tideserve_requests{status}).
 STATUSES = ("ok", "refused", "timeout", "invalid", "aborted")
 # The engine's finish reasons (vllm_request_success{finished_reason}).
@@ -125,6 +128,7 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     GPU_MEMORY_USED: ("gauge", (*_BASE, GPU), "GPU memory used, bytes (NVML)."),
     GPU_MEMORY_TOTAL: ("gauge", (*_BASE, GPU), "GPU memory total, bytes (NVML)."),
     GPU_POWER: ("gauge", (*_BASE, GPU), "GPU power draw, watts (NVML)."),
+    STARTUP: ("gauge", (*_BASE, PHASE), "Seconds of this replica's start-up, by phase."),
 }
 
 
@@ -228,6 +232,11 @@ class ReplicaMetrics:
         self._metrics[TUNER_BATCHED_TOKENS].set(float(move.max_batched_tokens))
         tags = {ACTION: move.action, KNOB: move.knob or "none"}
         self._metrics[TUNER_MOVES].inc(1.0, tags=tags)
+
+    def record_startup(self, startup: StartupPhases) -> None:
+        """The constructor's phases (serving/llm/startup.py), set once when the replica is ready."""
+        for phase, seconds in startup.as_dict().items():
+            self._metrics[STARTUP].set(float(seconds), tags={PHASE: phase})
 
     def update_engine(self, stats: EngineStats, avg_seq_len_tokens: float) -> None:
         """Set the gauges from one engine snapshot; add the new preemptions and timeouts."""

@@ -29,6 +29,8 @@ from serving.llm.messages import (
     ReplicaReport,
 )
 from serving.llm.request_latency import RequestLatency
+from serving.llm.slow_start import SLOW_START_KEY, slow_start_fraction
+from serving.llm.startup import StartupClock
 
 log = logging.getLogger("ray.serve")
 
@@ -44,6 +46,7 @@ class ModelReplica:
         from serving.llm.monitor import ReplicaMonitor
         from serving.model_source import resolve_model_dir, served_name_for
 
+        clock = StartupClock()
         self.config = AppConfig.from_args(config)
         self.pool = pool
         rep = self.config.replica
@@ -56,21 +59,34 @@ class ModelReplica:
             # The front door runs first; before loading, so that a replica starting beside a
             # serving one does not take the CPU from it either.
             os.nice(self.config.replica.cpu_nice_increment)
-        started = time.monotonic()
+        clock.mark("setup")
         path = resolve_model_dir(self.config.model.source)
+        clock.mark("resolve")
         self.engine = LLMEngine.from_pretrained(
             path, self.config.engine, trust_remote_code=self.config.model.trust_remote_code
         )
+        clock.mark("load")
         self.self_check()
+        clock.mark("self_check")
         self.engine.grammars.warm()  # ~0.5 s for a 49k vocabulary, once, before traffic
-        self.warmup_s = time.monotonic() - started
+        clock.mark("warm")
+        self.startup = clock.phases()
+        self.warmup_s = self.startup.total_s
+        self.ready_s = time.monotonic()  # slow start counts from here (llm/slow_start.py)
         model = self.config.model
         self.metrics = ReplicaMetrics(pool, model.served_name or served_name_for(model.source))
         # The step window doctor reads, the concurrency tuner, NVML samples (llm/monitor.py).
         self.monitor = ReplicaMonitor(self.engine, self.config, self.metrics, time.monotonic())
         self.reporter = _controller_reporter(pool)
+        self.metrics.record_startup(self.startup)
+        phases = ", ".join(f"{k} {v:.1f} s" for k, v in self.startup.as_dict().items())
         log.info(
-            "%s replica ready in %.1f s (model %s, %s)", pool, self.warmup_s, path, self.core_layout
+            "%s replica ready in %.1f s (%s; model %s, %s)",
+            pool,
+            self.warmup_s,
+            phases,
+            path,
+            self.core_layout,
         )
 
     def self_check(self) -> None:
@@ -94,6 +110,7 @@ class ModelReplica:
             pool=self.pool,
             fingerprint=self.fingerprint(),
             warmup_s=self.warmup_s,
+            startup=self.startup,
             max_model_len=self.engine.max_model_len,
             kv_blocks_total=stats.num_kv_blocks_total,
             kv_blocks_used=stats.num_kv_blocks_used,
@@ -140,7 +157,10 @@ class ModelReplica:
                     kv_use_fraction=stats.kv_use_fraction,
                 )
             )
-        return routing_stats_from_engine(stats, queued_tokens=self._queued_tokens())
+        routing = routing_stats_from_engine(stats, queued_tokens=self._queued_tokens())
+        age_s = time.monotonic() - self.ready_s
+        routing[SLOW_START_KEY] = slow_start_fraction(age_s, self.config.replica.slow_start_s)
+        return routing
 
     def _queued_tokens(self) -> int:
         """KV tokens the waiting requests will claim: prompt + max_tokens where admission

@@ -16,6 +16,7 @@ returns), all in tokens or sequences:
 | `queued_tokens`      | tokens the waiting (not yet admitted) requests will claim         |
 | `num_waiting`        | sequences waiting for admission                                   |
 | `num_running`        | sequences admitted and decoding                                   |
+| `slow_start_fraction`| share of its rank a just-ready replica takes (llm/slow_start.py)  |
 
 Headroom = min(kv_free_tokens, kv_total_tokens - kv_reserved_tokens) - queued_tokens.
 The min takes out blocks already promised to admitted requests even when a reporter counted only
@@ -42,6 +43,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ray.serve.request_router import FIFOMixin, PendingRequest, RequestRouter, RunningReplica
 
 from serving.llm.prefix_affinity import AffinityBound, affinity_choice, prefix_key
+from serving.llm.slow_start import apply_slow_start, fraction_of
 
 if TYPE_CHECKING:
     from serving.engine import EngineStats
@@ -192,6 +194,16 @@ class _ReadsRoutingStats:
         self._warn_once_about_bad_stats(candidates)
         return True
 
+    @staticmethod
+    def _slow_started(
+        ranks: list[list[RunningReplica]], candidates: list[RunningReplica]
+    ) -> list[list[RunningReplica]]:
+        """Replicas in their slow-start window keep their rank only by chance (slow_start.py)."""
+        fractions = {r: fraction_of(r.routing_stats) for r in candidates}
+        if all(f >= 1.0 for f in fractions.values()):
+            return ranks
+        return apply_slow_start(ranks, fractions)
+
     def _warn_once_about_bad_stats(self, replicas: list[RunningReplica]) -> None:
         """Stats that are present but unusable rank a replica as 'no stats yet': say so once."""
         for replica in replicas:
@@ -241,10 +253,11 @@ class KVHeadroomRouter(FIFOMixin, _ReadsRoutingStats, RequestRouter):
     ) -> list[list[RunningReplica]]:
         if not self._ready_to_rank(candidate_replicas, pending_request):
             return []
-        return rank_by_headroom(
+        ranks = rank_by_headroom(
             [(replica, replica.routing_stats) for replica in candidate_replicas],
             self.band_fraction,
         )
+        return self._slow_started(ranks, candidate_replicas)
 
 
 def prefix_affinity_ranks(
@@ -321,12 +334,13 @@ class PrefixAffinityRouter(_ReadsRoutingStats, RequestRouter):
     ) -> list[list[RunningReplica]]:
         if not self._ready_to_rank(candidate_replicas, pending_request):
             return []
-        return prefix_affinity_ranks(
+        ranks = prefix_affinity_ranks(
             _prompt_of(pending_request),
             [(r, r.replica_id, r.routing_stats) for r in candidate_replicas],
             self.bound,
             self.band_fraction,
         )
+        return self._slow_started(ranks, candidate_replicas)
 
     def _fulfill_next_pending_request(self, replica: RunningReplica, request_metadata=None) -> None:
         """Serve's exact match by internal request id, then the oldest open request sharing that

@@ -300,6 +300,7 @@ def test_hot_and_cold_run_one_configuration_and_are_warm(served):
     assert {i.fingerprint for i in infos.values()} == {expected}
     assert infos["hot"].pool == "hot" and infos["cold"].pool == "cold"
     assert all(i.warmup_s > 0 and i.kv_blocks_total > 0 for i in infos.values())
+    assert all(i.startup.load_s > 0 and i.startup.total_s == i.warmup_s for i in infos.values())
     assert httpx.get(served["base"] + "/health", timeout=30).json()["pools"] == {
         "hot": True,
         "cold": True,

@@ -205,17 +205,14 @@ def test_prefix_router_routes_every_call_made_inside_one_http_request():
     """The n choices of a chat request (or a batch job's lines) are handle calls that inherit
     their HTTP request's internal id; Serve's exact-match index holds only the first, so without
     the scan the second and third would wait forever (the n=3 hang)."""
-    from ray.serve._private.common import RequestMetadata
-    from ray.serve._private.request_router.common import PendingRequest
-
     from serving.llm.router import PrefixAffinityRouter
-    from serving.ray_internals import router_kwargs
+    from serving.ray_internals import pending_request, router_kwargs
 
     async def scenario() -> list[str]:
         router = PrefixAffinityRouter(**router_kwargs("hot", "app"))
         router.initialize_state()
-        meta = RequestMetadata(request_id="r", internal_request_id="shared")
-        choices = [PendingRequest(args=[], kwargs={}, metadata=meta) for _ in range(3)]
+        choices = [pending_request("shared") for _ in range(3)]
+        meta = choices[0].metadata
         for pending in choices:
             router._pending_requests_to_fulfill.append(pending)
             router._add_pending_request_to_indices(pending)
@@ -238,3 +235,18 @@ def test_oldest_open_with_id_skips_done_and_other_ids():
     queue = [pending("a", True), pending("b", False), pending("a", False), pending("a", False)]
     assert oldest_open_with_id(queue, "a") is queue[2]
     assert oldest_open_with_id(queue, "c") is None
+
+
+def test_router_defers_a_replica_in_its_slow_start_window_unless_the_draw_keeps_it(monkeypatch):
+    router = make_router()
+    young = FakeReplica("young", {**stats(9000), "slow_start_fraction": 0.2})
+    old = FakeReplica("old", stats(5000))
+    request = SimpleNamespace(routing_context=SimpleNamespace(should_backoff=False))
+
+    def ids(ranked) -> list[list[str]]:
+        return [[r.replica_id for r in rank] for rank in ranked]
+
+    monkeypatch.setattr("random.random", lambda: 0.5)
+    assert ids(asyncio.run(router.choose_replicas([young, old], request))) == [["old"], ["young"]]
+    monkeypatch.setattr("random.random", lambda: 0.1)
+    assert ids(asyncio.run(router.choose_replicas([young, old], request))) == [["young"], ["old"]]
