@@ -20,10 +20,12 @@ every block has a reference count, the number of tables holding it. A full block
 computed is registered under its chained hash (`commit`); a new sequence maps the longest
 registered run of its prompt (`match`, `share`). A block whose count falls to 0 stays registered
 and becomes evictable (least recently freed first); `_take` hands out never-registered free
-blocks first, then evicts. Every block is in exactly one state:
+blocks first, then evicts. The last, partial block of a finished sequence is cached too, under
+its parent's hash and its tokens (serving/engine/partial_blocks.py), until one request takes it
+over (`share(..., partial=)`). Every block is in exactly one state:
 
   free       count 0, no hash                  in _free
-  cached     count 0, hash registered          in _evictable (LRU order)
+  cached     count 0, hash or partial record   in _evictable (LRU order)
   used       count >= 1 (hash or not)          in one table or more
 """
 
@@ -34,6 +36,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from capacity.memory import blocks_for_tokens
+from serving.engine.partial_blocks import PartialIndex, PartialTail
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +74,10 @@ class BlockPool:
         self._hash_of: dict[int, bytes] = {}  # registered block -> its hash
         self._block_of: dict[bytes, int] = {}  # hash -> registered block
         self._evictable: OrderedDict[int, None] = OrderedDict()  # cached, LRU first
+        self._partials = PartialIndex()  # cached partial blocks of finished sequences
         self._num_committed: dict[str, int] = {}  # leading blocks of a table already offered
         self.num_evicted_blocks = 0  # cached blocks taken for new KV, ever
+        self.num_partial_takeovers = 0  # cached partial blocks a new sequence continued in, ever
 
     def enable_caching(self) -> None:
         """Keep computed full blocks for reuse; only for a single full-attention group."""
@@ -176,16 +181,18 @@ class BlockPool:
                 freed += upto - done
         return freed
 
-    def free(self, seq_id: str) -> int:
+    def free(self, seq_id: str, tail: PartialTail | None = None) -> int:
         """Drop every block `seq_id` holds; returns how many it held. Blocks still held by
-        another table stay used; registered ones become cached (evictable); the rest free."""
+        another table stay used; registered ones become cached (evictable), and so does the
+        partial block `tail` describes (caching on); the rest free."""
         freed = 0
         self._num_committed.pop(seq_id, None)
-        for tables, trimmed in self._groups():
+        for g, (tables, trimmed) in enumerate(self._groups()):
             table = tables.pop(seq_id, [])
+            kept = table[tail.index] if g == 0 and tail and tail.index < len(table) else None
             live = table[trimmed.pop(seq_id, 0) :]
             for block in reversed(live):  # the tail is evicted before the prefix it extends
-                self._drop(block)
+                self._drop(block, tail if block == kept else None)
             freed += len(live)
         return freed
 
@@ -196,18 +203,27 @@ class BlockPool:
             block = self._free.popleft()
         else:
             block, _ = self._evictable.popitem(last=False)
-            del self._block_of[self._hash_of.pop(block)]
+            if block in self._partials:
+                self._partials.remove(block)
+            else:
+                del self._block_of[self._hash_of.pop(block)]
             self.num_evicted_blocks += 1
         self._refs[block] = 1
         return block
 
-    def _drop(self, block: int) -> None:
-        """A table lets go of `block`."""
+    def _drop(self, block: int, tail: PartialTail | None = None) -> None:
+        """A table lets go of `block` (the partial block `tail` describes, if given)."""
         self._refs[block] -= 1
         if self._refs[block] > 0:
             self.num_extra_refs -= 1
         elif block in self._hash_of:
             self._evictable[block] = None
+        elif tail is not None and self.caching:
+            self._evictable[block] = None
+            pushed_out = self._partials.add(block, tail.parent, tail.token_ids)
+            if pushed_out is not None:
+                del self._evictable[pushed_out]
+                self._free.append(pushed_out)
         else:
             self._free.append(block)
 
@@ -224,14 +240,21 @@ class BlockPool:
             blocks.append(block)
         return blocks
 
+    def match_partial(self, parent: bytes, token_ids: list[int]) -> tuple[int, int] | None:
+        """(block, tokens) of the cached partial block after `parent` that shares the longest
+        run with `token_ids`, or None (PartialIndex.best)."""
+        return self._partials.best(parent, token_ids) if self.caching else None
+
     def num_live_shared(self, blocks: list[int]) -> int:
         """How many of `blocks` some table already holds (mapping them takes no free block)."""
         return sum(1 for b in blocks if self._refs[b] > 0)
 
-    def share(self, seq_id: str, blocks: list[int]) -> None:
-        """Start `seq_id`'s table with cached `blocks` (from `match`; it must hold none)."""
+    def share(self, seq_id: str, blocks: list[int], partial: int | None = None) -> None:
+        """Start `seq_id`'s table with cached `blocks` (from `match`; it must hold none), then
+        the cached `partial` block (from `match_partial`), which it takes over: it leaves the
+        cache and is this table's own, written on after the tokens it shares."""
         assert not self.table(seq_id), f"{seq_id} already holds blocks"
-        if not blocks:
+        if not blocks and partial is None:
             return
         for block in blocks:
             if self._refs[block] == 0:
@@ -239,7 +262,14 @@ class BlockPool:
             else:
                 self.num_extra_refs += 1
             self._refs[block] += 1
-        self._tables[0][seq_id] = list(blocks)
+        table = list(blocks)
+        if partial is not None:
+            self._partials.remove(partial)
+            del self._evictable[partial]
+            self._refs[partial] = 1
+            table.append(partial)
+            self.num_partial_takeovers += 1
+        self._tables[0][seq_id] = table
         self._num_committed[seq_id] = len(blocks)
 
     def commit(self, seq_id: str, hashes: list[bytes], num_computed_tokens: int) -> int:
@@ -277,8 +307,14 @@ class BlockPool:
             counts[b] += 1
         assert counts == self._refs, "a reference count differs from the tables holding it"
         assert self.num_extra_refs == len(held) - len(used), "shared-holding count drift"
-        assert all(b in self._hash_of for b in cached), "a cached block has no hash"
-        assert not any(b in self._hash_of for b in free), "a free block keeps a hash"
+        assert all((b in self._hash_of) != (b in self._partials) for b in cached), (
+            "a cached block has no hash and no partial record, or both"
+        )
+        assert not any(b in self._hash_of or b in self._partials for b in free), (
+            "a free block keeps a hash"
+        )
+        assert not any(b in self._partials for b in used), "a used block is still a partial"
+        self._partials.check_integrity()
         assert all(self._block_of[h] == b for b, h in self._hash_of.items()), "hash map drift"
         assert len(self._block_of) == len(self._hash_of), "hash map drift"
         assert all(t for tables in self._tables for t in tables.values()), "empty table left"

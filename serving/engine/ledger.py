@@ -7,8 +7,10 @@ on_demand: admission needs blocks for the first chunk plus a small free margin; 
            refused, and the scheduler then preempts by recompute.
 
 Prefix caching (decision 9): a sequence starts from the cached blocks of its prompt (`match`),
-and owns only what it adds. In reserve mode each sequence books its whole reservation, and a
-block that k tables hold counts once, so the booked total is
+and owns only what it adds. A finished sequence's last partial block stays cached as well
+(serving/engine/partial_blocks.py); the one request that takes it over owns it from then on, so
+it counts like any block that request grows into. In reserve mode each sequence books its whole
+reservation, and a block that k tables hold counts once, so the booked total is
     num_reserved_blocks = sum(reservations) - pool.num_extra_refs     (<= num_blocks, kept)
 Growth still cannot fail: the blocks running sequences may still take are
     sum(reservation - held) = num_reserved_blocks - used <= num_blocks - used = free + cached,
@@ -27,8 +29,30 @@ from dataclasses import dataclass
 
 from capacity.memory import seq_blocks
 from serving.engine.kv_blocks import BlockPool, Refused
+from serving.engine.partial_blocks import PartialTail
 from serving.engine.prefix_cache import adapter_root, extend_block_hashes
-from serving.engine.sequence import Sequence
+from serving.engine.sequence import SeqStatus, Sequence
+
+# A sequence that ends so has the KV of all its tokens but the last written: its partial block
+# may be reused. An abort or a preemption may stop one mid-step: it offers none.
+OFFERS_TAIL = frozenset({SeqStatus.FINISHED_STOPPED, SeqStatus.FINISHED_LENGTH})
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixMatch:
+    """What a waiting sequence can start from: cached full `blocks` (shared), then possibly a
+    cached partial block it takes over, holding its next `num_partial_tokens` tokens."""
+
+    blocks: tuple[int, ...] = ()
+    partial_block: int | None = None
+    num_partial_tokens: int = 0
+
+    def num_tokens(self, block_size_tokens: int) -> int:
+        """Prompt tokens whose KV the match provides (the sequence starts computing after)."""
+        return len(self.blocks) * block_size_tokens + self.num_partial_tokens
+
+
+NO_MATCH = PrefixMatch()
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,27 +137,36 @@ class KVLedger:
         busy = max(self.num_reserved_blocks, self.pool.num_used_blocks)
         return busy / self.pool.num_blocks
 
-    def match(self, seq: Sequence) -> list[int]:
-        """Cached blocks a waiting sequence can start from: the longest registered run of its
-        full blocks, leaving at least one token to compute (its logits are sampled)."""
+    def match(self, seq: Sequence) -> PrefixMatch:
+        """What a waiting sequence can start from: the longest registered run of its full
+        blocks, then the cached partial block that continues it furthest, leaving at least one
+        token to compute (its logits are sampled)."""
         pool = self.pool
         if not pool.caching or seq.num_computed_tokens:
-            return []
-        bs = pool.block_size_tokens
-        hashes = extend_block_hashes(seq.block_hashes, seq.token_ids, bs, self._root_of(seq))
-        return pool.match(hashes, (seq.num_tokens - 1) // bs)
+            return NO_MATCH
+        bs, root = pool.block_size_tokens, self._root_of(seq)
+        hashes = extend_block_hashes(seq.block_hashes, seq.token_ids, bs, root)
+        blocks = pool.match(hashes, (seq.num_tokens - 1) // bs)
+        start = len(blocks) * bs
+        parent = hashes[len(blocks) - 1] if blocks else root
+        after = seq.token_ids[start : min(start + bs - 1, seq.num_tokens - 1)]
+        partial = pool.match_partial(parent, after) if after else None
+        if partial is None:
+            return PrefixMatch(tuple(blocks))
+        return PrefixMatch(tuple(blocks), *partial)
 
-    def need(self, seq: Sequence, cached: list[int], first_chunk_tokens: int) -> KVNeed:
-        """What admitting `seq` on top of the `cached` blocks (from `match`) takes: reserve
-        mode books the reservation less the cached blocks already held (counted once);
-        on_demand takes the first chunk's new blocks, the cached blocks revived from the
+    def need(self, seq: Sequence, match: PrefixMatch, first_chunk_tokens: int) -> KVNeed:
+        """What admitting `seq` on top of `match` takes: reserve mode books the reservation
+        less the cached blocks already held (counted once); on_demand takes the first chunk's
+        new blocks (a taken-over partial block among them), the cached blocks revived from the
         evictable set, and the free margin kept for running decodes."""
         pool = self.pool
+        cached = match.blocks
         shared = pool.num_live_shared(cached)
         if self.mode == "reserve":
             need = self.reservation_for(seq) - shared
             return KVNeed(need, pool.num_blocks - self.num_reserved_blocks)
-        start = len(cached) * pool.block_size_tokens if cached else seq.num_computed_tokens
+        start = match.num_tokens(pool.block_size_tokens) or seq.num_computed_tokens
         grow = pool.blocks_to_grow(seq.request_id, start + first_chunk_tokens) - len(cached)
         return KVNeed(grow + len(cached) - shared + self._free_margin, pool.num_free_blocks)
 
@@ -143,18 +176,19 @@ class KVLedger:
 
     def can_admit(self, seq: Sequence, first_chunk_tokens: int) -> bool:
         """Whether `seq`'s first chunk fits, with no cached prefix (tests, callers outside)."""
-        return self.need(seq, [], first_chunk_tokens).fits
+        return self.need(seq, NO_MATCH, first_chunk_tokens).fits
 
-    def admit(self, seq: Sequence, cached: list[int] | None = None) -> None:
+    def admit(self, seq: Sequence, match: PrefixMatch | None = None) -> None:
         """Commit an admission `need` approved: book the reservation (reserve mode), map the
-        cached blocks and skip their tokens, count the lookup."""
+        matched blocks and skip their tokens, count the lookup."""
         if self.mode == "reserve":
             need = self.reservation_for(seq)
             self._reserved[seq.request_id] = need
             self._sum_reserved += need
         if self.pool.caching and seq.num_computed_tokens == 0:
-            self.pool.share(seq.request_id, cached or [])
-            seq.num_computed_tokens = len(cached) * self.pool.block_size_tokens
+            match = match or NO_MATCH
+            self.pool.share(seq.request_id, list(match.blocks), match.partial_block)
+            seq.num_computed_tokens = match.num_tokens(self.pool.block_size_tokens)
             self.num_query_tokens += seq.num_tokens
             self.num_hit_tokens += seq.num_computed_tokens
 
@@ -171,9 +205,22 @@ class KVLedger:
         return self.pool.grow(seq.request_id, num_tokens)
 
     def release(self, seq: Sequence) -> None:
-        """Free the blocks and the reservation of a sequence (finish, abort or preemption)."""
-        self.pool.free(seq.request_id)
+        """Free the blocks and the reservation of a sequence (finish, abort or preemption); a
+        finished one leaves its partial last block cached (OFFERS_TAIL)."""
+        self.pool.free(seq.request_id, self._tail(seq))
         self._sum_reserved -= self._reserved.pop(seq.request_id, 0)
+
+    def _tail(self, seq: Sequence) -> PartialTail | None:
+        """The partial block a finished `seq` leaves for reuse, or None."""
+        bs = self.pool.block_size_tokens
+        index, num_tokens = divmod(seq.num_computed_tokens, bs)
+        if not self.pool.caching or not num_tokens or seq.status not in OFFERS_TAIL:
+            return None
+        root = self._root_of(seq)
+        hashes = extend_block_hashes(seq.block_hashes, seq.token_ids, bs, root)
+        start = index * bs
+        parent = hashes[index - 1] if index else root
+        return PartialTail(index, parent, tuple(seq.token_ids[start : start + num_tokens]))
 
     def check_integrity(self) -> None:
         self.pool.check_integrity()

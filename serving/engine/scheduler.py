@@ -25,7 +25,8 @@ sliding-window reservations assume, even if the step budget is raised later.
 Prefix caching: a head starts from the cached blocks of its prompt (KVLedger.match), so its
 first chunk and its KV need count only the tokens and blocks it adds; after each step the newly
 full blocks of every advanced sequence are offered to the cache (KVLedger.commit), never a block
-whose KV is not all written.
+whose KV is not all written. A finished sequence's partial last block stays cached too, and the
+next turn of its conversation continues in it (serving/engine/partial_blocks.py).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 from serving.engine.admission_stop import NOTHING_WAITING, AdmissionStop
 from serving.engine.config import EngineConfig
 from serving.engine.kv_blocks import Refused
-from serving.engine.ledger import KVLedger, concurrency_limit
+from serving.engine.ledger import KVLedger, PrefixMatch, concurrency_limit
 from serving.engine.sequence import SeqStatus, Sequence, Tier
 
 # How long after an interactive arrival offline steps stay capped: interactive traffic comes in
@@ -108,8 +109,8 @@ class Scheduler:
 
     def finish(self, seq: Sequence, status: SeqStatus, now: float) -> None:
         self.running.remove(seq)
+        seq.status = status  # before the release: a finished sequence leaves its tail cached
         self.ledger.release(seq)
-        seq.status = status
         seq.finished_s = now
 
     # ----- schedule ----------------------------------------------------------------------
@@ -196,13 +197,13 @@ class Scheduler:
 
     def _kv_admits(self, seq: Sequence) -> bool:
         """Whether the KV would take `seq`'s first chunk now (the slot count aside)."""
-        cached = self.ledger.match(seq)
-        chunk = min(self._uncached_tokens(seq, cached), self.config.max_num_batched_tokens)
-        return self.ledger.need(seq, cached, min(chunk, self.ledger.chunk_tokens)).fits
+        match = self.ledger.match(seq)
+        chunk = min(self._uncached_tokens(seq, match), self.config.max_num_batched_tokens)
+        return self.ledger.need(seq, match, min(chunk, self.ledger.chunk_tokens)).fits
 
-    def _uncached_tokens(self, seq: Sequence, cached: list[int]) -> int:
-        """Tokens a waiting `seq` still computes once its `cached` blocks are mapped."""
-        return seq.num_uncomputed_tokens - len(cached) * self.ledger.pool.block_size_tokens
+    def _uncached_tokens(self, seq: Sequence, match: PrefixMatch) -> int:
+        """Tokens a waiting `seq` still computes once its `match` is mapped."""
+        return seq.num_uncomputed_tokens - match.num_tokens(self.ledger.pool.block_size_tokens)
 
     def _expire(self, now: float) -> list[Sequence]:
         expired: list[Sequence] = []
@@ -235,8 +236,8 @@ class Scheduler:
                 refusal = self._head_refusal(tier, queue[0], budget)
                 if isinstance(refusal, AdmissionStop):
                     return refusal  # the head waits; lower tiers may not overtake it
-                seq, (cached, chunk) = queue.popleft(), refusal
-                self.ledger.admit(seq, cached)
+                seq, (match, chunk) = queue.popleft(), refusal
+                self.ledger.admit(seq, match)
                 granted = self.ledger.grow(seq, seq.num_computed_tokens + chunk)
                 assert not isinstance(granted, Refused), "need() approved an impossible grow"
                 seq.status = SeqStatus.RUNNING
@@ -254,8 +255,8 @@ class Scheduler:
 
     def _head_refusal(
         self, tier: Tier, seq: Sequence, budget: int
-    ) -> AdmissionStop | tuple[list[int], int]:
-        """Why the head `seq` of `tier` cannot be admitted now, or (its cached blocks, its
+    ) -> AdmissionStop | tuple[PrefixMatch, int]:
+        """Why the head `seq` of `tier` cannot be admitted now, or (its prefix-cache match, its
         first chunk) when it can."""
         limit = self._limit()
         if len(self.running) >= limit:
@@ -266,17 +267,17 @@ class Scheduler:
             return AdmissionStop("offline", tier, self._num_offline() + 1, limit, "seqs")
         if not self.ledger.slot_free(seq):
             return AdmissionStop("adapter", tier, 1, 0, "slots")
-        cached = self.ledger.match(seq)
-        chunk = min(self._uncached_tokens(seq, cached), budget, self.ledger.chunk_tokens)
+        match = self.ledger.match(seq)
+        chunk = min(self._uncached_tokens(seq, match), budget, self.ledger.chunk_tokens)
         chunk = self._offline_tokens(seq, chunk)
         if chunk == 0:
             return AdmissionStop("offline", tier, 1, 0, "tokens")
-        need = self.ledger.need(seq, cached, chunk)
+        need = self.ledger.need(seq, match, chunk)
         if not need.fits:
             return AdmissionStop(
                 "kv", tier, need.num_needed_blocks, need.num_available_blocks, "blocks"
             )
-        return cached, chunk
+        return match, chunk
 
     def _num_offline(self) -> int:
         return sum(1 for s in self.running if s.tier is Tier.OFFLINE)

@@ -11,7 +11,7 @@ salts each sequence's hash chain with its adapter (KVLedger._root_of).
 
 from __future__ import annotations
 
-from serving.engine.ledger import KVLedger
+from serving.engine.ledger import KVLedger, PrefixMatch
 from serving.engine.lora.manager import LoraManager
 from serving.engine.sequence import Sequence
 
@@ -27,8 +27,8 @@ class AdapterLedger(KVLedger):
     def can_admit(self, seq: Sequence, first_chunk_tokens: int) -> bool:
         return self.slot_free(seq) and super().can_admit(seq, first_chunk_tokens)
 
-    def admit(self, seq: Sequence, cached: list[int] | None = None) -> None:
-        super().admit(seq, cached)
+    def admit(self, seq: Sequence, match: PrefixMatch | None = None) -> None:
+        super().admit(seq, match)
         self.adapters.pin(seq)
 
     def release(self, seq: Sequence) -> None:

@@ -268,9 +268,9 @@ def test_on_demand_counts_revived_cached_blocks_against_the_free_ones():
     run_all(s)
     assert s.ledger.pool.num_cached_blocks == 3
     b = req("b", prompt)
-    cached = s.ledger.match(b)
-    need = s.ledger.need(b, cached, 4)
-    assert len(cached) == 2 and need.num_needed_blocks == 1 + 2  # a new block + 2 revived
+    match = s.ledger.match(b)
+    need = s.ledger.need(b, match, 4)
+    assert len(match.blocks) == 2 and need.num_needed_blocks == 1 + 2  # a new block + 2 revived
 
 
 def test_an_abort_mid_prefill_leaves_no_half_written_block_cached():
@@ -282,7 +282,8 @@ def test_an_abort_mid_prefill_leaves_no_half_written_block_cached():
     s.ledger.check_integrity()
     pool = s.ledger.pool
     assert pool.num_cached_blocks == 1
-    assert len(s.ledger.match(req("b", prompt))) == 1
+    match = s.ledger.match(req("b", prompt))
+    assert len(match.blocks) == 1 and match.partial_block is None  # an abort offers no tail
 
 
 def test_the_admission_refusal_is_a_value_naming_the_limit_and_what_was_needed():

@@ -1,6 +1,7 @@
 """Prefix caching changes no answer: greedy outputs are identical with the cache on and off, on
-multi-turn conversations, with chunked prefill, with preemption and recompute, and with
-eviction under pressure; integrity is checked after every step. Tiny random Llama, float32."""
+multi-turn conversations (each turn continuing in the partial block its previous reply ended in),
+with chunked prefill, with preemption and recompute, and with eviction under pressure; integrity
+is checked after every step. Tiny random Llama, float32."""
 
 from __future__ import annotations
 
@@ -65,6 +66,7 @@ def test_multi_turn_conversations_answer_the_same_and_hit_the_cache(model):
     stats = engine.stats()
     assert stats.prefix_cache_hit_fraction > 0.5  # turns >= 2 resend what is cached
     assert stats.prefix_cache_query_tokens > stats.prefix_cache_hit_tokens > 0
+    assert engine.pool.num_partial_takeovers > 0  # turns continued in the block a reply ended in
 
 
 def test_chunked_prefill_of_the_uncached_tail_answers_the_same(model):
@@ -91,6 +93,7 @@ def test_eviction_under_pressure_answers_the_same(model):
     off, on, engine = both(model, convs, block_size_tokens=4, num_kv_blocks=48)
     assert on == off
     assert engine.pool.num_evicted_blocks > 0 and engine.stats().prefix_cache_hit_tokens > 0
+    assert engine.pool.num_partial_takeovers > 0
 
 
 def test_an_aborted_prefill_leaves_nothing_half_written_cached(model):
