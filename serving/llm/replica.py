@@ -19,6 +19,7 @@ from serving.engine.load import load_snapshot
 from serving.llm.admission import AdmissionLimits, admit, max_in_replica, ttft_budget_s
 from serving.llm.autoscaling_stats import ReplicaStats
 from serving.llm.messages import (
+    AdapterRef,
     Delta,
     Failure,
     GenerateRequest,
@@ -28,6 +29,7 @@ from serving.llm.messages import (
     ReplicaReading,
     ReplicaReport,
 )
+from serving.llm.replica_adapters import AdapterBusy, ReplicaAdapters
 from serving.llm.request_latency import RequestLatency
 
 log = logging.getLogger("ray.serve")
@@ -61,6 +63,8 @@ class ModelReplica:
         self.engine = LLMEngine.from_pretrained(
             path, self.config.engine, trust_remote_code=self.config.model.trust_remote_code
         )
+        # LoRA adapters: the declared ones now, loaded ones on first use (llm/replica_adapters.py)
+        self.adapters = ReplicaAdapters(self.engine, self.config.model.adapters)
         self.self_check()
         self.engine.grammars.warm()  # ~0.5 s for a 49k vocabulary, once, before traffic
         self.warmup_s = time.monotonic() - started
@@ -108,6 +112,17 @@ class ModelReplica:
         """What `tideserve doctor` reads: config, KV ledger, the last step window."""
         replica_id = self.reporter.replica_id if self.reporter is not None else str(os.getpid())
         return self.monitor.reading(self.pool, replica_id, self.fingerprint())
+
+    async def load_adapter(self, ref: AdapterRef) -> Failure | None:
+        """Register an adapter the ingress is asked to load (POST /v1/load_lora_adapter): None,
+        or a Failure saying why it cannot be served (the ingress answers it as a 400)."""
+        try:
+            await self.adapters.ensure(ref)
+        except AdapterBusy as err:
+            return Failure(409, f"adapter {ref.name!r}: {err}")
+        except (ValueError, OSError) as err:
+            return Failure(400, f"adapter {ref.name!r} at {ref.path!r} cannot be served: {err}")
+        return None
 
     async def check_health(self) -> None:
         if not self.engine.loop_alive:
@@ -158,6 +173,11 @@ class ModelReplica:
     # ----- data plane ------------------------------------------------------------------------
     async def generate_stream(self, request: GenerateRequest) -> AsyncIterator[ReplicaItem]:
         """A Refusal, a Failure, or Deltas until one is finished; the first item decides."""
+        if request.adapter is not None:  # registered here before its first request (lazily)
+            refused = await self._ensure_adapter(request.adapter)
+            if refused is not None:
+                yield refused
+                return
         tier = request.tier
         tier_cfg = self.config.tiers[tier]
         now = time.monotonic()
@@ -198,6 +218,17 @@ class ModelReplica:
         finally:
             self.metrics.count_request(outcome[0])
 
+    async def _ensure_adapter(self, ref: AdapterRef) -> Refusal | Failure | None:
+        try:
+            await self.adapters.ensure(ref)
+        except AdapterBusy as err:  # its previous registration still serves running requests
+            self.metrics.count_request("refused")
+            return Refusal(f"{self.pool}: adapter {ref.name!r}: {err}", 1.0)
+        except (ValueError, OSError) as err:
+            self.metrics.count_request("invalid")
+            return Failure(400, f"adapter {ref.name!r} at {ref.path!r} cannot be served: {err}")
+        return None
+
     async def _relay(
         self, request: GenerateRequest, tier_cfg, outcome: list[str], predicted_ttft_s: float
     ):
@@ -211,6 +242,7 @@ class ModelReplica:
                 request_id=request.request_id,
                 timeout_s=request.timeout_s or tier_cfg.max_queue_wait_s,
                 interval_s=self.config.replica.stream_interval_s,
+                adapter=None if request.adapter is None else request.adapter.name,
             )
             async for delta in stream:
                 if first:

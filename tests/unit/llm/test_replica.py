@@ -26,8 +26,10 @@ class FakeEngine:
 
     def __init__(self, deltas: list[StreamDelta], then: BaseException | None = None) -> None:
         self.deltas, self.then = deltas, then
+        self.adapters: list[str | None] = []  # the adapter each stream() call named
 
-    async def stream(self, prompt, params, tier, request_id, timeout_s, interval_s):
+    async def stream(self, prompt, params, tier, request_id, timeout_s, interval_s, adapter=None):
+        self.adapters.append(adapter)
         for d in self.deltas:
             yield d
         if self.then is not None:

@@ -200,7 +200,7 @@ def test_router_importable_by_the_string_serve_uses():
     assert config.get_request_router_class().__name__ == "KVHeadroomRouter"
 
 
-# ----- calls that share one HTTP request's id -------------------------------------------------------
+# ----- calls that share one HTTP request's id ----------------------------------------------------
 def test_prefix_router_routes_every_call_made_inside_one_http_request():
     """The n choices of a chat request (or a batch job's lines) are handle calls that inherit
     their HTTP request's internal id; Serve's exact-match index holds only the first, so without
