@@ -51,7 +51,7 @@ def adapter_choice(
         return None
     by_id = {rid: (replica, stats) for replica, rid, stats in replicas}
     least = min(load_of(stats) for _, _, stats in replicas)
-    order = [rid for rid in rendezvous_order(adapter_key(name), list(by_id))]
+    order = rendezvous_order(adapter_key(name), list(by_id))
     fit = [rid for rid in order if within_bound(by_id[rid][1], least, bound)]
     if not fit:
         return None

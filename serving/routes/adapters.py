@@ -59,6 +59,13 @@ class AdapterApi:
             raise ApiError(
                 503, "no replica is running to validate the adapter; retry", retry_after_s=2.0
             )
-        result = await self.handles[pool].load_adapter.remote(ref)
+        try:
+            result = await self.handles[pool].load_adapter.remote(ref)
+        except Exception as err:  # the replica died mid-call: nothing was registered for sure
+            log.warning("validating adapter %r failed: %s", ref.name, type(err).__name__)
+            raise ApiError(
+                503, f"the {pool} replica failed while reading the adapter; retry",
+                type_="server_error", retry_after_s=2.0,
+            ) from None  # fmt: skip
         if isinstance(result, Failure):
             raise ApiError(result.status, result.message, param="lora_path")
