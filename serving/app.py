@@ -18,7 +18,8 @@ from serving.config.front_door import front_door
 from serving.llm.autoscaling_stats import config_crc
 
 ROUTER = "serving.llm.router:KVHeadroomRouter"
-# With prefix caching on, a prompt goes where its prefix is probably cached (decision 9).
+# With prefix caching on, a prompt goes where its prefix is probably cached (decision 9); with
+# LoRA slots, an adapter's requests go where it is loaded (serving/llm/adapter_affinity.py).
 PREFIX_ROUTER = "serving.llm.router:PrefixAffinityRouter"
 # Deployment name -> environment variables for its replicas (what an operator sets with a
 # runtime_env; the fault tests use it to break one pool only).
@@ -43,11 +44,15 @@ def _deployment_options(cfg: AppConfig, name: str, num_replicas: int, resources:
     )
 
 
+def _affine(cfg: AppConfig) -> bool:
+    return cfg.engine.prefix_caching or cfg.engine.max_loras > 0
+
+
 def _replica_options(cfg: AppConfig, pool: str, num_replicas: int, resources: dict) -> dict:
     return {
         **_deployment_options(cfg, pool, num_replicas, resources),
         "request_router_config": RequestRouterConfig(
-            request_router_class=PREFIX_ROUTER if cfg.engine.prefix_caching else ROUTER,
+            request_router_class=PREFIX_ROUTER if _affine(cfg) else ROUTER,
             request_routing_stats_period_s=2.0,
         ),
     }

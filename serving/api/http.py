@@ -191,7 +191,8 @@ def sse(obj: dict | str) -> str:
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj)}\n\n"
 
 
-def model_list(served_name: str) -> dict:
-    """The body of GET /v1/models for a server of one model."""
+def model_list(served_name: str, adapter_cards: list[dict] | None = None) -> dict:
+    """The body of GET /v1/models: the served model, then its LoRA adapters' cards (each with
+    the base as `parent`, as vLLM lists them)."""
     card = {"id": served_name, "object": "model", "created": 0, "owned_by": "tideserve"}
-    return {"object": "list", "data": [card]}
+    return {"object": "list", "data": [card, *(adapter_cards or [])]}

@@ -7,7 +7,8 @@ serving/engine/config.py for EngineConfig, the engine's own config). The package
 keeps it so.
 
     app_config.py        AppConfig: the whole `args`, strict keys, renamed keys, fingerprint
-    sections.py          model, tiers, pools, replica, server, controller
+    model.py             model: the model, its served name, its LoRA adapters
+    sections.py          tiers, pools, replica, server, controller
     batch_api.py         batch_api: the Batch API (/v1/files, /v1/batches; serving/batch/)
     dynamic_batching.py  dynamic_batching: an embedding app's request batcher (serving/embed/)
     front_door.py        the ingress's bounds derived from the config
@@ -16,12 +17,12 @@ keeps it so.
 from serving.config.app_config import DEFAULT_APP_NAME, AppConfig, load_cluster_yaml
 from serving.config.batch_api import BatchApiSection
 from serving.config.dynamic_batching import DynamicBatchingSection
+from serving.config.model import ModelSection
 from serving.config.sections import (
     ColdPool,
     ControllerSection,
     HotPool,
     LeadOverride,
-    ModelSection,
     PoolsConfig,
     ReplicaSection,
     ServerSection,

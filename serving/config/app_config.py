@@ -22,6 +22,7 @@ import yaml
 from common.validate import check_keys
 from serving.config.batch_api import BatchApiSection
 from serving.config.dynamic_batching import DynamicBatchingSection
+from serving.config.model import ModelSection
 from serving.config.sections import (
     DEFAULT_TIERS,
     TIER_NAMES,
@@ -29,7 +30,6 @@ from serving.config.sections import (
     ControllerSection,
     HotPool,
     LeadOverride,
-    ModelSection,
     PoolsConfig,
     ReplicaSection,
     ServerSection,
@@ -89,6 +89,12 @@ class AppConfig:
             raise ValueError(f"tiers={self.tiers!r} must map exactly {list(TIER_NAMES)}")
         tiers = {name: self.tiers[name] for name in TIER_NAMES}  # canonical order
         object.__setattr__(self, "tiers", MappingProxyType(tiers))
+        if self.model.adapters and self.engine.max_loras < 1:
+            raise ValueError(
+                f"model.adapters names {len(self.model.adapters)} adapter(s) but "
+                f"engine.max_loras={self.engine.max_loras}: set engine.max_loras >= 1 (LoRA slots "
+                "per replica) to serve them"
+            )
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any] | None) -> AppConfig:

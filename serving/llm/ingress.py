@@ -8,6 +8,7 @@ It validates, counts tokens (it owns the tokenizer and chat template), classifie
     encode(req, plan)        the prompt's token ids (completions: the prompt; chat: the template)
     answer(req, tier, ids)   n choices, collected (a dict) or streamed (SSE text)
     pool_view()              one replica's reading of each pool it routes to now (PoolView)
+    adapters                 the LoRA adapters a request's `model` may name (llm/adapters.py)
     set_pool_target(...)     the forecast controller's announcement of a new target
     generate / generate_stream   the handle API (other Ray apps)
 """
@@ -30,10 +31,11 @@ from serving.config.front_door import front_door
 from serving.engine.grammar import GrammarCompiler
 from serving.engine.sampling_params import SamplingParams
 from serving.llm import tools
+from serving.llm.adapters import AdapterRegistry
 from serving.llm.arrivals import WaitBound
 from serving.llm.choices import ChoiceState, TokenText
 from serving.llm.dispatch import OpenStream, RefusalMemo, open_stream
-from serving.llm.messages import Completion, Delta, GenerateRequest
+from serving.llm.messages import AdapterRef, Completion, Delta, GenerateRequest
 from serving.llm.pool_watch import PoolView, PoolWatch
 from serving.llm.replies import Reply, drain, merge_streams, service_tier_echo, sse_stream
 from serving.llm.request_params import HANDLE_SAMPLING_KEYS, RequestParams, choice_params
@@ -66,6 +68,9 @@ class Ingress:
             str(model_dir), trust_remote_code=self.config.model.trust_remote_code
         )
         self.model_name = self.config.model.served_name or served_name_for(self.config.model.source)
+        self.adapters = AdapterRegistry(
+            self.model_name, self.config.model.adapters, self.config.engine.max_loras
+        )
         # Checks grammars before dispatch; EOS and vocabulary do not change whether one compiles.
         grammars = GrammarCompiler(self.tokenizer, len(self.tokenizer), ())
         grammars.warm()
@@ -119,16 +124,18 @@ class Ingress:
         plan: ToolPlan | None,
         hold: Hold | None = None,
     ) -> Answer:
-        """n choices, streamed (SSE text) or collected (the response body). A stream releases
-        `hold` when it ends (HTTP requests only; the batch lane has none)."""
+        """n choices, streamed (SSE text) or collected (the response body), of the base model or
+        the adapter `req.model` names. A stream releases `hold` when it ends (HTTP requests
+        only; the batch lane has none)."""
+        adapter = self.adapters.resolve(req.model)
         grammar = None if plan is None else tools.grammar_for(plan)
         if grammar is not None:
             grammar = self.request_params.checked_grammar(grammar, "tools")
         params = self.request_params.params(req, len(ids), grammar)
-        opened = await self._open_choices(ids, params, tier, req.num_choices)
+        opened = await self._open_choices(ids, params, tier, req.num_choices, adapter)
         reply = Reply(
             rid=p.new_id("chatcmpl" if isinstance(req, p.ChatCompletionRequest) else "cmpl"),
-            model=self.model_name,
+            model=self.model_name if adapter is None else adapter.name,
             req=req,
             states=[ChoiceState(i, plan) for i in range(len(opened))],
             token_text=self.token_text,
@@ -160,7 +167,13 @@ class Ingress:
         prompt = req.prompt
         return prompt if isinstance(prompt, str) else self.tokenizer.decode(prompt)
 
-    async def _open(self, prompt_ids: list[int], params: SamplingParams, tier: str) -> OpenStream:
+    async def _open(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        tier: str,
+        adapter: AdapterRef | None = None,
+    ) -> OpenStream:
         self.num_requests += 1
         await self.ensure_watching()
         now = time.monotonic()
@@ -173,6 +186,7 @@ class Ingress:
             tier,
             spent_s=max(spent_s, 0.0),
             max_wait_s=self.wait_bound.max_wait_s(tier, now),
+            adapter=adapter,
         )
         try:
             opened = await open_stream(
@@ -198,14 +212,19 @@ class Ingress:
         return opened
 
     async def _open_choices(
-        self, prompt_ids: list[int], params: SamplingParams, tier: str, n: int
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        tier: str,
+        n: int,
+        adapter: AdapterRef | None = None,
     ) -> list[OpenStream]:
         """One stream per choice, opened together (each waits for its first token). If one is
         refused, the others are cancelled (their KV freed) and the refusal stands for all."""
         if n == 1:
-            return [await self._open(prompt_ids, params, tier)]
+            return [await self._open(prompt_ids, params, tier, adapter)]
         results = await asyncio.gather(
-            *(self._open(prompt_ids, cp, tier) for cp in choice_params(params, n)),
+            *(self._open(prompt_ids, cp, tier, adapter) for cp in choice_params(params, n)),
             return_exceptions=True,
         )
         errors = [r for r in results if isinstance(r, BaseException)]
@@ -292,8 +311,9 @@ class Ingress:
             )
         body = {"prompt": prompt, "max_tokens": max_tokens, "priority": priority, **sampling}
         req = validate(p.CompletionRequest, body)
+        adapter = self.adapters.resolve(req.model)
         tier = request_tier(req.priority, None, req.service_tier, self.default_tier)
         ids = self._encode_prompt(req.prompt)
-        opened = await self._open(ids, self.request_params.params(req, len(ids)), tier)
+        opened = await self._open(ids, self.request_params.params(req, len(ids)), tier, adapter)
         async for item in self._relay(opened, req.stop):
             yield item

@@ -1,6 +1,7 @@
 """What crosses between the LLM deployments: frozen dataclasses, never string-keyed dicts.
 
     ingress ──GenerateRequest──▶ replica.generate_stream ──▶ Refusal | Failure | Delta, Delta...
+    ingress ──AdapterRef───────▶ replica.load_adapter ──▶ Failure | None   (/v1/load_lora_adapter)
     ingress ◀── ReplicaInfo ──── replica.info()
     doctor  ◀── ReplicaReading ─ replica.reading()   (config, KV ledger, the last step window)
     replica ──ReplicaReport────▶ forecast controller (queue signals for the emergency path)
@@ -28,6 +29,27 @@ if TYPE_CHECKING:
     from serving.engine.window import WindowSummary
 
 
+DECLARED = "declared"  # the load_id of the adapters cluster.yaml declares (model.adapters)
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterRef:
+    """A LoRA adapter as the ingress knows it: a replica that has not registered this exact
+    (name, path, load_id) registers it from `path` before serving the request (lazily: a
+    replica started after the load learns it from its first request). `load_id` tells a
+    reload under the same name and path apart (DECLARED for model.adapters)."""
+
+    name: str
+    path: str
+    load_id: str = DECLARED
+
+    def __post_init__(self) -> None:
+        for key in ("name", "path", "load_id"):
+            value = getattr(self, key)
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"AdapterRef.{key}={value!r} must be a non-empty string")
+
+
 @dataclass(frozen=True, slots=True)
 class GenerateRequest:
     request_id: str
@@ -47,6 +69,9 @@ class GenerateRequest:
     # The longest it may wait for a slot on a replica while the ingress turns the tier away, from
     # its arrival rate (serving/llm/arrivals.py). None: no bound, the TTFT budget alone decides.
     max_wait_s: float | None = None
+    # The LoRA adapter the request's `model` named; None: the base model. The router keys its
+    # replica affinity on it (serving/llm/adapter_affinity.py).
+    adapter: AdapterRef | None = None
 
     def __post_init__(self) -> None:
         check_tier(self.tier, "tier")
@@ -153,6 +178,27 @@ class ReplicaReport:
 
 
 @dataclass(frozen=True, slots=True)
+class LoraCounts:
+    """A replica's LoRA slot traffic: adapter requests admitted, of which `loads` found their
+    adapter in no slot (and `evictions` of those first evicted another adapter)."""
+
+    admissions: int = 0
+    loads: int = 0
+    evictions: int = 0
+
+    def minus(self, earlier: LoraCounts) -> LoraCounts:
+        return LoraCounts(
+            self.admissions - earlier.admissions,
+            self.loads - earlier.loads,
+            self.evictions - earlier.evictions,
+        )
+
+    @property
+    def loads_per_admission(self) -> float:
+        return self.loads / self.admissions if self.admissions else 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicaReading:
     """What `tideserve doctor` reads from one replica: its config and the numbers its metrics
     export (KV ledger now, latencies and rates over its last completed step window)."""
@@ -181,6 +227,11 @@ class ReplicaReading:
     prefix_cache_query_tokens: int = 0
     prefix_cache_hit_tokens: int = 0
     gpus: tuple[GpuSample, ...] = field(default=())
+    # LoRA slots (0 slots: no adapters): admissions, loads and evictions since the engine
+    # started, and over the last closed step window (what `doctor` judges thrashing by).
+    lora_slots_total: int = 0
+    lora: LoraCounts = field(default_factory=LoraCounts)
+    lora_window: LoraCounts = field(default_factory=LoraCounts)
 
     @property
     def kv_capacity_tokens(self) -> int:

@@ -70,6 +70,12 @@ GPU_MEMORY_USED = "tideserve_gpu_memory_used_bytes"
 GPU_MEMORY_TOTAL = "tideserve_gpu_memory_total_bytes"
 GPU_POWER = "tideserve_gpu_power_watts"
 STARTUP = "tideserve_replica_startup_seconds"
+# LoRA slots (vLLM exports only vllm_lora_requests_info, the adapters running and waiting).
+LORA_HITS = "tideserve_lora_hits"
+LORA_LOADS = "tideserve_lora_loads"
+LORA_EVICTIONS = "tideserve_lora_evictions"
+LORA_SLOTS_USED = "tideserve_lora_slots_used"
+LORA_SLOTS_TOTAL = "tideserve_lora_slots_total"
 
 POOL, MODEL, TIER, GPU = "pool", "model_name", "tier", "gpu"
 REASON, STATUS, ACTION, KNOB = "finished_reason", "status", "action", "knob"
@@ -129,6 +135,11 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     GPU_MEMORY_TOTAL: ("gauge", (*_BASE, GPU), "GPU memory total, bytes (NVML)."),
     GPU_POWER: ("gauge", (*_BASE, GPU), "GPU power draw, watts (NVML)."),
     STARTUP: ("gauge", (*_BASE, PHASE), "Seconds of this replica's start-up, by phase."),
+    LORA_HITS: ("counter", _BASE, "LoRA requests admitted whose adapter already held a slot."),
+    LORA_LOADS: ("counter", _BASE, "LoRA adapters loaded into a slot (a miss)."),
+    LORA_EVICTIONS: ("counter", _BASE, "LoRA loads that first evicted another adapter (LRU)."),
+    LORA_SLOTS_USED: ("gauge", _BASE, "LoRA slots holding an adapter."),
+    LORA_SLOTS_TOTAL: ("gauge", _BASE, "LoRA slots (engine.max_loras; 0: no adapters)."),
 }
 
 
@@ -160,6 +171,8 @@ def engine_gauges(stats: EngineStats, avg_seq_len_tokens: float) -> dict[str, fl
         ),
         ENGINE_QUEUE_WAIT_P50: stats.queue_wait_p50_s,
         ENGINE_QUEUE_WAIT_P99: stats.queue_wait_p99_s,
+        LORA_SLOTS_USED: len(stats.lora_in_slots),
+        LORA_SLOTS_TOTAL: stats.lora_slots_total,
     }
 
 
@@ -248,6 +261,9 @@ class ReplicaMetrics:
         self._add_delta(PREFIX_QUERIES, stats.prefix_cache_query_tokens)
         self._add_delta(PREFIX_HITS, stats.prefix_cache_hit_tokens)
         self._add_delta(TIMEOUTS, stats.num_timeouts)
+        self._add_delta(LORA_HITS, stats.num_lora_hits)
+        self._add_delta(LORA_LOADS, stats.num_lora_loads)
+        self._add_delta(LORA_EVICTIONS, stats.num_lora_evictions)
 
     def update_gpus(self, samples: Iterable[GpuSample] | None = None) -> list[GpuSample]:
         """Set the GPU gauges from `samples` (default: probe the GPUs this process was given)."""

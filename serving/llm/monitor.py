@@ -14,7 +14,7 @@ import time
 
 from serving.engine.tuning import EngineTuner, TierSlo
 from serving.engine.window import StepWindow, WindowSummary
-from serving.llm.messages import ReplicaReading
+from serving.llm.messages import LoraCounts, ReplicaReading
 
 log = logging.getLogger("ray.serve")
 
@@ -38,6 +38,8 @@ class ReplicaMonitor:
         self.num_refused = 0  # requests this replica turned away (admission), ever
         self._refused_at_window = 0
         self.refused_per_s = 0.0  # over the last closed window
+        self._lora_at_window = LoraCounts()
+        self.lora_window = LoraCounts()  # LoRA slot traffic over the last closed window
         self.gpus: tuple = ()
         self.tuner: EngineTuner | None = None
         if config.engine.tuner:
@@ -63,6 +65,8 @@ class ReplicaMonitor:
                 self.num_refused,
             )
             self.refused_per_s = refused / max(self.last_window.span_s, 1e-9)
+            lora = lora_counts(self.engine.stats())
+            self.lora_window, self._lora_at_window = lora.minus(self._lora_at_window), lora
         if self.config.replica.num_gpus > 0 and now >= self._next_gpu_s:
             self._next_gpu_s = now + GPU_SAMPLE_S
             self.gpus = tuple(self.metrics.update_gpus())
@@ -97,7 +101,17 @@ class ReplicaMonitor:
             refused_per_s=self.refused_per_s,
             tuner_last=None if last is None else f"{last.action}: {last.reason}",
             gpus=self.gpus,
+            lora_slots_total=stats.lora_slots_total,
+            lora=lora_counts(stats),
+            lora_window=self.lora_window,
         )
+
+
+def lora_counts(stats) -> LoraCounts:
+    """An engine snapshot's LoRA slot counters (each admission is a hit or a load)."""
+    return LoraCounts(
+        stats.num_lora_hits + stats.num_lora_loads, stats.num_lora_loads, stats.num_lora_evictions
+    )
 
 
 def _kv_bytes_per_token(engine) -> int:

@@ -73,6 +73,12 @@ def preferred(key: bytes, replica_ids: Sequence[K]) -> K:
     return max(replica_ids, key=lambda rid: _weight(key, rid))
 
 
+def rendezvous_order(key: bytes, replica_ids: Sequence[K]) -> list[K]:
+    """The replicas in the key's order of preference (preferred() first): a key that spills
+    past its first replica goes to the same second one every time."""
+    return sorted(replica_ids, key=lambda rid: _weight(key, rid), reverse=True)
+
+
 def over_bound(routing_stats: Mapping[str, Any] | None, bound: AffinityBound) -> bool:
     """Whether a replica's last routing stats put it past the bound (no stats: a new, empty
     replica, not past it)."""
@@ -99,13 +105,19 @@ def affinity_choice(
         return None
     by_id = {rid: (replica, stats) for replica, rid, stats in replicas}
     replica, stats = by_id[preferred(key, list(by_id))]
-    if over_bound(stats, bound):
-        return None
-    least = min(_load(s) for _, _, s in replicas)
-    return None if _load(stats) - least > bound.max_imbalance else replica
+    least = min(load_of(s) for _, _, s in replicas)
+    return replica if within_bound(stats, least, bound) else None
 
 
-def _load(routing_stats: Mapping[str, Any] | None) -> float:
+def within_bound(routing_stats: Mapping[str, Any] | None, least: float, bound: AffinityBound):
+    """Not past the bound, and holding at most max_imbalance requests more than the least
+    loaded replica (`least`)."""
+    if over_bound(routing_stats, bound):
+        return False
+    return load_of(routing_stats) - least <= bound.max_imbalance
+
+
+def load_of(routing_stats: Mapping[str, Any] | None) -> float:
     """Requests a replica holds (running + waiting); 0 without stats (a new replica)."""
     if not routing_stats:
         return 0.0

@@ -19,6 +19,7 @@ from serving.engine.load import load_snapshot
 from serving.llm.admission import AdmissionLimits, admit, max_in_replica, ttft_budget_s
 from serving.llm.autoscaling_stats import ReplicaStats
 from serving.llm.messages import (
+    AdapterRef,
     Delta,
     Failure,
     GenerateRequest,
@@ -28,6 +29,7 @@ from serving.llm.messages import (
     ReplicaReading,
     ReplicaReport,
 )
+from serving.llm.replica_adapters import AdapterBusy, ReplicaAdapters
 from serving.llm.request_latency import RequestLatency
 from serving.llm.slow_start import SLOW_START_KEY, slow_start_fraction
 from serving.llm.startup import StartupClock
@@ -65,6 +67,8 @@ class ModelReplica:
         self.engine = LLMEngine.from_pretrained(
             path, self.config.engine, trust_remote_code=self.config.model.trust_remote_code
         )
+        # LoRA adapters: the declared ones now, loaded ones on first use (llm/replica_adapters.py)
+        self.adapters = ReplicaAdapters(self.engine, self.config.model.adapters)
         clock.mark("load")
         self.self_check()
         clock.mark("self_check")
@@ -126,6 +130,17 @@ class ModelReplica:
         replica_id = self.reporter.replica_id if self.reporter is not None else str(os.getpid())
         return self.monitor.reading(self.pool, replica_id, self.fingerprint())
 
+    async def load_adapter(self, ref: AdapterRef) -> Failure | None:
+        """Register an adapter the ingress is asked to load (POST /v1/load_lora_adapter): None,
+        or a Failure saying why it cannot be served (the ingress answers it as a 400)."""
+        try:
+            await self.adapters.ensure(ref)
+        except AdapterBusy as err:
+            return Failure(409, f"adapter {ref.name!r}: {err}")
+        except (ValueError, OSError) as err:
+            return Failure(400, f"adapter {ref.name!r} at {ref.path!r} cannot be served: {err}")
+        return None
+
     async def check_health(self) -> None:
         if not self.engine.loop_alive:
             raise RuntimeError("engine loop died; replace this replica")
@@ -178,6 +193,11 @@ class ModelReplica:
     # ----- data plane ------------------------------------------------------------------------
     async def generate_stream(self, request: GenerateRequest) -> AsyncIterator[ReplicaItem]:
         """A Refusal, a Failure, or Deltas until one is finished; the first item decides."""
+        if request.adapter is not None:  # registered here before its first request (lazily)
+            refused = await self._ensure_adapter(request.adapter)
+            if refused is not None:
+                yield refused
+                return
         tier = request.tier
         tier_cfg = self.config.tiers[tier]
         now = time.monotonic()
@@ -218,6 +238,17 @@ class ModelReplica:
         finally:
             self.metrics.count_request(outcome[0])
 
+    async def _ensure_adapter(self, ref: AdapterRef) -> Refusal | Failure | None:
+        try:
+            await self.adapters.ensure(ref)
+        except AdapterBusy as err:  # its previous registration still serves running requests
+            self.metrics.count_request("refused")
+            return Refusal(f"{self.pool}: adapter {ref.name!r}: {err}", 1.0)
+        except (ValueError, OSError) as err:
+            self.metrics.count_request("invalid")
+            return Failure(400, f"adapter {ref.name!r} at {ref.path!r} cannot be served: {err}")
+        return None
+
     async def _relay(
         self, request: GenerateRequest, tier_cfg, outcome: list[str], predicted_ttft_s: float
     ):
@@ -231,6 +262,7 @@ class ModelReplica:
                 request_id=request.request_id,
                 timeout_s=request.timeout_s or tier_cfg.max_queue_wait_s,
                 interval_s=self.config.replica.stream_interval_s,
+                adapter=None if request.adapter is None else request.adapter.name,
             )
             async for delta in stream:
                 if first:

@@ -71,9 +71,11 @@ def choice_params(params: SamplingParams, n: int) -> list[SamplingParams]:
 
 
 # The sampling arguments the handle API (Ingress.generate) accepts besides prompt, max_tokens and
-# priority: HTTP ignores unknown fields, a Python caller that passes one made a typo.
+# priority: HTTP ignores unknown fields, a Python caller that passes one made a typo. `model`
+# names a served LoRA adapter (or the base model), as it does over HTTP.
 HANDLE_SAMPLING_KEYS = frozenset(
     {
+        "model",
         "temperature",
         "top_p",
         "top_k",

@@ -26,7 +26,10 @@ first and take that KV before it can. Headroom <= 0 means a new request would qu
 
 PrefixAffinityRouter puts first the replica a request's prompt prefix belongs to (consistent
 hashing, serving/llm/prefix_affinity.py) unless that replica is past a load bound; the ranks by
-headroom follow.
+headroom follow. A LoRA adapter's request is keyed on its adapter instead
+(serving/llm/adapter_affinity.py): the replica that holds it, or its home replica, or the next
+one in its order when the home one is past the bound. The replicas then report which adapters
+hold a slot (`lora_in_slots`, a list of names, beside the numbers above).
 
 This module never imports torch or the engine at run time: the ingress and proxy processes load
 the router class (Serve pickles this module by value into every handle's process).
@@ -42,6 +45,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ray.serve.request_router import FIFOMixin, PendingRequest, RequestRouter, RunningReplica
 
+from serving.llm.adapter_affinity import IN_SLOTS_KEY, adapter_choice
 from serving.llm.prefix_affinity import AffinityBound, affinity_choice, prefix_key
 from serving.llm.slow_start import apply_slow_start, fraction_of
 
@@ -156,8 +160,9 @@ def rank_by_headroom(
     return ranks
 
 
-def routing_stats_from_engine(stats: EngineStats, queued_tokens: int) -> dict[str, int]:
-    """The routing-stats dict (keys in ROUTING_STATS_KEYS) of one engine snapshot.
+def routing_stats_from_engine(stats: EngineStats, queued_tokens: int) -> dict[str, Any]:
+    """The routing-stats dict (keys in ROUTING_STATS_KEYS, and IN_SLOTS_KEY where the engine
+    serves adapters) of one engine snapshot.
 
     `queued_tokens`: tokens the engine's waiting requests will claim when admitted (the replica
     knows its queue; the engine snapshot carries counts only).
@@ -166,7 +171,9 @@ def routing_stats_from_engine(stats: EngineStats, queued_tokens: int) -> dict[st
         raise ValueError(f"queued_tokens={queued_tokens!r} must be an integer >= 0")
     block = stats.block_size_tokens
     busy_blocks = max(stats.num_kv_blocks_used, stats.num_kv_blocks_reserved)
+    lora = {IN_SLOTS_KEY: list(stats.lora_in_slots)} if stats.lora_slots_total else {}
     return {
+        **lora,
         "kv_free_tokens": (stats.num_kv_blocks_total - busy_blocks) * block,
         "kv_reserved_tokens": stats.num_kv_blocks_reserved * block,
         "kv_total_tokens": stats.num_kv_blocks_total * block,
@@ -265,11 +272,17 @@ def prefix_affinity_ranks(
     replicas: Sequence[tuple[K, Any, Mapping[str, Any] | None]],
     bound: AffinityBound,
     band_fraction: float = DEFAULT_BAND_FRACTION,
+    adapter: str | None = None,
 ) -> list[list[K]]:
-    """Ranks of (replica, id, routing stats) triples: the prefix's replica alone first when it
-    is within the bound, then every other replica ranked by headroom (rank_by_headroom)."""
-    key = None if prompt_token_ids is None else prefix_key(prompt_token_ids, bound.prefix_tokens)
-    chosen = affinity_choice(key, replicas, bound)
+    """Ranks of (replica, id, routing stats) triples: the affine replica alone first when one
+    is within the bound (the adapter's, for a LoRA request; else the prompt prefix's), then
+    every other replica ranked by headroom (rank_by_headroom)."""
+    if adapter is not None:
+        chosen = adapter_choice(adapter, replicas, bound)
+    elif prompt_token_ids is None:
+        chosen = None
+    else:
+        chosen = affinity_choice(prefix_key(prompt_token_ids, bound.prefix_tokens), replicas, bound)
     rest = [(replica, stats) for replica, _, stats in replicas if replica is not chosen]
     ranks = rank_by_headroom(rest, band_fraction)
     return ranks if chosen is None else [[chosen], *ranks]
@@ -300,9 +313,21 @@ def _prompt_of(pending_request: PendingRequest | None) -> Sequence[int] | None:
     return getattr(pending_request.args[0], "prompt_token_ids", None)
 
 
+def _adapter_of(pending_request: PendingRequest | None) -> str | None:
+    """The LoRA adapter a replica call names: a GenerateRequest's, or the AdapterRef that
+    load_adapter validates (it goes where the adapter's requests will); else None."""
+    if pending_request is None or not pending_request.args:
+        return None
+    arg = pending_request.args[0]
+    ref = getattr(arg, "adapter", None) if hasattr(arg, "prompt_token_ids") else arg
+    name = getattr(ref, "name", None)
+    return name if isinstance(name, str) else None
+
+
 class PrefixAffinityRouter(_ReadsRoutingStats, RequestRouter):
-    """Serve request router: the replica that probably caches the prompt's prefix, unless it is
-    past the bound, then the most KV headroom (KVHeadroomRouter).
+    """Serve request router: the replica that probably caches the prompt's prefix (or, for a
+    LoRA request, holds its adapter), unless it is past the bound, then the most KV headroom
+    (KVHeadroomRouter).
 
     request_router_kwargs: band_fraction, prefix_tokens, max_waiting, max_kv_use_fraction,
     max_imbalance (AffinityBound). Not FIFO: the choice depends on the request, so Serve
@@ -339,6 +364,7 @@ class PrefixAffinityRouter(_ReadsRoutingStats, RequestRouter):
             [(r, r.replica_id, r.routing_stats) for r in candidate_replicas],
             self.bound,
             self.band_fraction,
+            _adapter_of(pending_request),
         )
         return self._slow_started(ranks, candidate_replicas)
 

@@ -4,8 +4,10 @@
     self.lane      the offline lane (serving/batch/lane.py), which runs batch lines through
                    self.ingress via IngressLaneHost (serving/routes/lane_host.py)
     self.batch_api the Batch API's HTTP answers on the lane (serving/routes/batch_api.py)
+    self.adapter_api  vLLM's LoRA load/unload answers (serving/routes/adapters.py)
 
-Routes: /health, /v1/models, /v1/completions, /v1/chat/completions, /v1/files..., /v1/batches...
+Routes: /health, /v1/models, /v1/completions, /v1/chat/completions, /v1/files..., /v1/batches...,
+/v1/load_lora_adapter and /v1/unload_lora_adapter (serving/routes/adapters.py).
 The handle API (generate, generate_stream) and the autoscaling reads are methods here too.
 
 SSE frames are `data: <json>\\n\\n` and end with `data: [DONE]`; with
@@ -20,7 +22,7 @@ from fastapi.responses import Response, StreamingResponse
 from ray import serve
 
 from serving.api import openai as p
-from serving.api.errors import ApiError, check_model_name
+from serving.api.errors import ApiError
 from serving.api.http import (
     check_api_key,
     install_error_handlers,
@@ -35,6 +37,7 @@ from serving.llm import tools
 from serving.llm.autoscaling_stats import IngressStats
 from serving.llm.ingress import Ingress
 from serving.llm.messages import Completion, Delta
+from serving.routes.adapters import AdapterApi
 from serving.routes.batch_api import BatchApi
 from serving.routes.lane_host import IngressLaneHost, lane_limits
 
@@ -57,6 +60,9 @@ class HttpIngress:
         host = IngressLaneHost(ing)
         self.lane = OfflineLane(lane_cfg.batch_api, limits, host, ing.app_name, ing.model_name)
         self.batch_api = BatchApi(self.lane, ing.api_key, ing.config.server.max_body_bytes)
+        self.adapter_api = AdapterApi(
+            ing.adapters, ing.handles, ing.available, ing.api_key, ing.config.server.max_body_bytes
+        )
         self.config_crc = config_crc  # of the whole app config, for the autoscaling policy
 
     # ----- autoscaling (autoscaling/serve_policy.py, autoscaling/serve_io.py) ------------------
@@ -106,7 +112,15 @@ class HttpIngress:
     @api.get("/v1/models")
     async def models(self, request: Request) -> dict:
         check_api_key(self.ingress.api_key, request)
-        return model_list(self.ingress.model_name)
+        return model_list(self.ingress.model_name, self.ingress.adapters.cards())
+
+    @api.post("/v1/load_lora_adapter")
+    async def load_lora_adapter(self, request: Request) -> Response:
+        return await self.adapter_api.load(request)
+
+    @api.post("/v1/unload_lora_adapter")
+    async def unload_lora_adapter(self, request: Request) -> Response:
+        return await self.adapter_api.unload(request)
 
     @api.post("/v1/completions")
     async def completions(self, request: Request):
@@ -123,7 +137,7 @@ class HttpIngress:
         ing.mark_received()
         check_api_key(ing.api_key, request)
         req = validate(kind, await read_json(request, ing.config.server.max_body_bytes))
-        check_model_name(req.model, ing.model_name)
+        ing.adapters.resolve(req.model)  # a 404 before tokenizing when no such model is served
         header = request.headers.get("x-priority")
         tier = request_tier(req.priority, header, req.service_tier, ing.default_tier)
         return req, tier

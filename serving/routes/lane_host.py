@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from serving.api import openai as p
-from serving.api.errors import ApiError, check_model_name
+from serving.api.errors import ApiError
 from serving.api.http import validate
 from serving.batch import jobs
 from serving.batch.lane import LaneLimits, ReplicaLoad
@@ -37,7 +37,7 @@ class IngressLaneHost:
         ing = self.ingress
         kind = p.ChatCompletionRequest if url == jobs.CHAT else p.CompletionRequest
         req = validate(kind, {**body, "priority": "offline"})
-        check_model_name(req.model, ing.model_name)
+        ing.adapters.resolve(req.model)  # the base model or a served adapter, else a 404
         opened(req.num_choices)
         plan = tools.plan_for(req) if kind is p.ChatCompletionRequest else None
         answer = await ing.answer(req, "offline", ing.encode(req, plan), plan)

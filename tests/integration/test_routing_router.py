@@ -94,6 +94,11 @@ class DummyReplica:
             kv_use_fraction=0.2,
             prefix_cache_query_tokens=0,
             prefix_cache_hit_tokens=0,
+            num_lora_hits=0,
+            num_lora_loads=0,
+            num_lora_evictions=0,
+            lora_slots_total=0,
+            lora_in_slots=(),
         )
         self.metrics.update_engine(engine, avg_seq_len_tokens=400.0)  # pressure 2*400/1600
         self.metrics.update_gpus([GpuSample(0, "fake", 2**30, 2**34, 55.0)])

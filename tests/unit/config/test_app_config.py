@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from serving.config import AppConfig, load_cluster_yaml
+from serving.config.model import ModelSection
 from serving.config.sections import (
     DEFAULT_TIERS,
     TIER_NAMES,
@@ -18,7 +19,6 @@ from serving.config.sections import (
     ControllerSection,
     HotPool,
     LeadOverride,
-    ModelSection,
     ReplicaSection,
     ServerSection,
     TierConfig,

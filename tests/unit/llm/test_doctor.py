@@ -58,7 +58,8 @@ def win(**kw) -> WindowSummary:
 def test_healthy():
     v = diagnose([reading(), reading("cold")])
     assert v.cause == "healthy" and v.knob is None
-    assert [f.status for f in v.findings] == ["ok"] * 4
+    assert [f.status for f in v.findings] == ["ok"] * 5
+    assert [f.check for f in v.findings] == ["config", "memory", "adapters", "queue", "compute"]
     assert dict(v.num_replicas) == {"hot": 1, "cold": 1}
 
 
@@ -128,7 +129,7 @@ def test_steps_too_long_for_the_inter_token_slo():
 def test_no_window_yet_is_not_a_failure():
     v = diagnose([reading(window=None)])
     assert v.cause == "healthy"
-    assert "no step window" in v.findings[2].summary
+    assert "no step window" in v.findings[3].summary
 
 
 def test_text_and_json_outputs():
@@ -138,7 +139,7 @@ def test_text_and_json_outputs():
     assert text.splitlines()[0] == "tideserve doctor: app 'tideserve', replicas: hot 1"
     assert "[ok  ] config" in text and "GPU 0 utilisation 35%" in text
     as_json = json.loads(json.dumps(v.to_dict()))
-    assert as_json["cause"] == "healthy" and len(as_json["findings"]) == 4
+    assert as_json["cause"] == "healthy" and len(as_json["findings"]) == 5
 
 
 @pytest.mark.parametrize("argv", [["doctor", "--help"]])

@@ -207,6 +207,22 @@ def test_counters_add_the_engine_totals_deltas():
     assert made[m.PREEMPTIONS].total == 7.0
 
 
+def test_lora_slot_counters_and_gauges_per_replica():
+    rm, made = fake_metrics()
+    lora = {"lora_slots_total": 2, "lora_in_slots": ("a",)}
+    rm.update_engine(engine_stats(num_lora_hits=5, num_lora_loads=2, **lora), 10.0)
+    lora = {"lora_slots_total": 2, "lora_in_slots": ("a", "b")}
+    rm.update_engine(
+        engine_stats(num_lora_hits=9, num_lora_loads=4, num_lora_evictions=1, **lora), 10.0
+    )
+    assert made[m.LORA_HITS].total == 9.0
+    assert made[m.LORA_LOADS].total == 4.0
+    assert made[m.LORA_EVICTIONS].total == 1.0
+    assert gauge(made[m.LORA_SLOTS_USED]) == 2.0
+    assert gauge(made[m.LORA_SLOTS_TOTAL]) == 2.0
+    assert made[m.LORA_LOADS].kind == "counter"  # scraped as ray_tideserve_lora_loads_total
+
+
 def test_update_gpus_sets_per_gpu_gauges_and_skips_unreadable_utilization():
     rm, made = fake_metrics()
     samples = [

@@ -26,8 +26,10 @@ class FakeEngine:
 
     def __init__(self, deltas: list[StreamDelta], then: BaseException | None = None) -> None:
         self.deltas, self.then = deltas, then
+        self.adapters: list[str | None] = []  # the adapter each stream() call named
 
-    async def stream(self, prompt, params, tier, request_id, timeout_s, interval_s):
+    async def stream(self, prompt, params, tier, request_id, timeout_s, interval_s, adapter=None):
+        self.adapters.append(adapter)
         for d in self.deltas:
             yield d
         if self.then is not None:
@@ -107,3 +109,42 @@ def test_an_engine_error_mid_stream_is_counted_once_as_error_and_raised():
     items, outcome, made, error = relay(FakeEngine([delta()], then=RuntimeError("loop died")))
     assert isinstance(error, RuntimeError) and len(items) == 1 and outcome == "aborted"
     assert reasons(made) == ["error"]  # once, though the stream's close came after it
+
+
+# ----- LoRA adapters: registered before the request, named to the engine --------------------------
+def test_an_adapter_request_streams_with_its_adapter_and_a_bad_adapter_is_a_400():
+    from serving.llm.messages import AdapterRef
+    from serving.llm.replica_adapters import ReplicaAdapters
+    from tests.unit.llm.test_replica_adapters import FakeEngine as AdapterEngine
+
+    replica = ModelReplica.__new__(ModelReplica)
+    replica.pool, (replica.metrics, _) = "hot", fake_metrics()
+    replica.adapters = ReplicaAdapters(AdapterEngine(bad_paths={"/bad"}), {})
+    bad = GenerateRequest(
+        "r1", (1, 2), SamplingParams(max_tokens=4), adapter=AdapterRef("x", "/bad", "load-1")
+    )
+
+    async def first_item():
+        stream = replica.generate_stream(bad)
+        item = await stream.__anext__()
+        await stream.aclose()
+        return item
+
+    item = asyncio.run(first_item())
+    assert isinstance(item, Failure) and item.status == 400
+    assert "adapter 'x' at '/bad' cannot be served" in item.message
+    assert "no adapter_config.json" in item.message
+
+    engine = FakeEngine([delta(True, "stop")])
+    relayed = ModelReplica.__new__(ModelReplica)
+    relayed.engine, relayed.pool, (relayed.metrics, _) = engine, "hot", fake_metrics()
+    relayed.config = SimpleNamespace(replica=SimpleNamespace(stream_interval_s=0.0))
+    good = GenerateRequest(
+        "r2", (1, 2), SamplingParams(max_tokens=4), adapter=AdapterRef("y", "/y", "load-2")
+    )
+
+    async def run():
+        return [i async for i in relayed._relay(good, SimpleNamespace(max_queue_wait_s=5.0),
+                                                ["aborted"], 0.1)]  # fmt: skip
+
+    assert asyncio.run(run())[-1].finished and engine.adapters == ["y"]
