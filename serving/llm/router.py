@@ -206,10 +206,9 @@ class _ReadsRoutingStats:
         ranks: list[list[RunningReplica]], candidates: list[RunningReplica]
     ) -> list[list[RunningReplica]]:
         """Replicas in their slow-start window keep their rank only by chance (slow_start.py)."""
-        fractions = {r: fraction_of(r.routing_stats) for r in candidates}
-        if all(f >= 1.0 for f in fractions.values()):
+        if all(fraction_of(r.routing_stats) >= 1.0 for r in candidates):
             return ranks
-        return apply_slow_start(ranks, fractions)
+        return apply_slow_start(ranks, lambda replica: fraction_of(replica.routing_stats))
 
     def _warn_once_about_bad_stats(self, replicas: list[RunningReplica]) -> None:
         """Stats that are present but unusable rank a replica as 'no stats yet': say so once."""

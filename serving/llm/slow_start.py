@@ -39,20 +39,20 @@ def fraction_of(routing_stats: Mapping[str, Any] | None) -> float:
 
 def apply_slow_start(
     ranks: list[list[K]],
-    fractions: Mapping[K, float],
+    fraction: Callable[[K], float],
     draw: Callable[[], float] | None = None,
 ) -> list[list[K]]:
-    """Ranks with each replica still in its slow-start window kept in place with probability
-    its fraction (a draw below it, random.random by default), else moved to one rank after all
-    others."""
+    """Ranks with each replica still in its slow-start window (`fraction(replica)` < 1) kept in
+    place with that probability (a draw below it, random.random by default), else moved to one
+    rank after all others."""
     draw = draw or random.random
     kept: list[list[K]] = []
     deferred: list[K] = []
     for rank in ranks:
         stay = []
         for key in rank:
-            fraction = fractions.get(key, 1.0)
-            (stay if fraction >= 1.0 or draw() < fraction else deferred).append(key)
+            share = fraction(key)
+            (stay if share >= 1.0 or draw() < share else deferred).append(key)
         if stay:
             kept.append(stay)
     return [*kept, deferred] if deferred else kept
