@@ -46,6 +46,21 @@ def random_prompts(n: int, seed: int, lo: int = 1, hi: int = 200, vocab: int = 5
     return [[rng.randrange(3, vocab) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
 
 
+def hf_greedy(model, prompts, max_new_tokens) -> list[list[int]]:
+    """transformers' own greedy continuation of each prompt (one `generate` per prompt, no
+    padding): the reference every engine equality test compares with. `max_new_tokens` is one
+    count for all or one per prompt."""
+    counts = max_new_tokens if isinstance(max_new_tokens, list) else [max_new_tokens] * len(prompts)
+    refs = []
+    for prompt, n in zip(prompts, counts, strict=True):
+        ids = torch.tensor([prompt])
+        out = model.generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False
+        )
+        refs.append(out[0, len(prompt) :].tolist())
+    return refs
+
+
 def engine_stats(**overrides):
     """A hand-built EngineStats for tests of code that reads one (routing, metrics)."""
     from serving.engine import EngineStats

@@ -20,6 +20,7 @@ from serving.engine import EngineConfig, LLMEngine, SamplingParams
 from serving.engine import attention as attention_mod
 from serving.engine.features import UnsupportedModelError, check_model
 from serving.tiny_models import TINY_ARCHS, tiny_model
+from tests.conftest import hf_greedy
 
 NUM_PROMPTS = 6
 MAX_LEN = 212  # the longest prompt + MAX_TOKENS
@@ -44,14 +45,7 @@ def prompts_longer_than_windows(seed: int) -> list[list[int]]:
 
 
 def greedy_refs(model, prompts) -> list[list[int]]:
-    refs = []
-    for prompt in prompts:
-        ids = torch.tensor([prompt])
-        out = model.generate(
-            ids, attention_mask=torch.ones_like(ids), max_new_tokens=MAX_TOKENS, do_sample=False
-        )
-        refs.append(out[0, len(prompt) :].tolist())
-    return refs
+    return hf_greedy(model, prompts, MAX_TOKENS)
 
 
 def engine_outputs(model, prompts, kv_mode: str):

@@ -11,12 +11,11 @@ from __future__ import annotations
 import random
 
 import pytest
-import torch
 
 from serving.engine import EngineConfig, LLMEngine, SamplingParams
 from serving.engine import runner as runner_mod
 from serving.tiny_models import tiny_model
-from tests.conftest import random_prompts
+from tests.conftest import hf_greedy, random_prompts
 
 NUM_REQUESTS = 36
 
@@ -27,13 +26,7 @@ def model_and_refs(request):
     prompts = random_prompts(NUM_REQUESTS, seed=11)
     rng = random.Random(12)
     max_tokens = [rng.randint(1, 64) for _ in prompts]
-    refs = []
-    for prompt, n in zip(prompts, max_tokens, strict=True):
-        ids = torch.tensor([prompt])
-        out = model.generate(
-            ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False
-        )
-        refs.append(out[0, len(prompt) :].tolist())
+    refs = hf_greedy(model, prompts, max_tokens)
     return request.param, model, prompts, max_tokens, refs
 
 

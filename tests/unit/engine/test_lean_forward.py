@@ -13,6 +13,7 @@ from serving.engine import EngineConfig, LLMEngine, SamplingParams
 from serving.engine.cpu_linear import pack_linears
 from serving.engine.lean_forward import LEAN_ARCHITECTURES, supports
 from serving.tiny_models import TINY_ARCHS, tiny_model
+from tests.conftest import hf_greedy
 
 LEAN = ["llama", "qwen2", "qwen2-sliding", "qwen3", "mistral"]
 MAX_TOKENS = 10
@@ -24,14 +25,7 @@ def prompts(seed: int, n: int = 5) -> list[list[int]]:
 
 
 def greedy_refs(model, batch) -> list[list[int]]:
-    refs = []
-    for prompt in batch:
-        ids = torch.tensor([prompt])
-        out = model.generate(
-            ids, attention_mask=torch.ones_like(ids), max_new_tokens=MAX_TOKENS, do_sample=False
-        )
-        refs.append(out[0, len(prompt) :].tolist())
-    return refs
+    return hf_greedy(model, batch, MAX_TOKENS)
 
 
 def engine_tokens(model, batch, lean: bool) -> tuple[list[list[int]], object]:

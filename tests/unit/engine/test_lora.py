@@ -16,7 +16,7 @@ import torch
 from serving.engine import EngineConfig, LLMEngine, SamplingParams
 from serving.tiny_adapters import save_random_lora
 from serving.tiny_models import tiny_model
-from tests.conftest import random_prompts
+from tests.conftest import hf_greedy, random_prompts
 
 ADAPTERS = {  # name -> save_random_lora keyword arguments
     "a": dict(rank=4, lora_alpha=8, seed=1),
@@ -27,14 +27,7 @@ NUM_PROMPTS = 6
 
 
 def _generate(model, prompts, max_tokens):
-    outs = []
-    for prompt, n in zip(prompts, max_tokens, strict=True):
-        ids = torch.tensor([prompt])
-        out = model.generate(
-            ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False
-        )
-        outs.append(out[0, len(prompt) :].tolist())
-    return outs
+    return hf_greedy(model, prompts, list(max_tokens))
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen2"])
