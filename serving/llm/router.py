@@ -40,12 +40,13 @@ from __future__ import annotations
 import logging
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ray.serve.request_router import FIFOMixin, PendingRequest, RequestRouter, RunningReplica
 
 from serving.llm.adapter_affinity import IN_SLOTS_KEY, adapter_choice
+from serving.llm.pending_calls import adapter_of, oldest_open_with_id, prompt_of
 from serving.llm.prefix_affinity import AffinityBound, affinity_choice, prefix_key
 from serving.llm.slow_start import apply_slow_start, fraction_of
 
@@ -205,8 +206,10 @@ class _ReadsRoutingStats:
     def _slow_started(
         ranks: list[list[RunningReplica]], candidates: list[RunningReplica]
     ) -> list[list[RunningReplica]]:
-        """Replicas in their slow-start window keep their rank only by chance (slow_start.py)."""
-        if all(fraction_of(r.routing_stats) >= 1.0 for r in candidates):
+        """Replicas in their slow-start window keep their rank only by chance (slow_start.py),
+        unless all or none of the candidates are in theirs: then none is warmer than another."""
+        started = [fraction_of(r.routing_stats) >= 1.0 for r in candidates]
+        if all(started) or not any(started):
             return ranks
         return apply_slow_start(ranks, lambda replica: fraction_of(replica.routing_stats))
 
@@ -272,10 +275,11 @@ def prefix_affinity_ranks(
     bound: AffinityBound,
     band_fraction: float = DEFAULT_BAND_FRACTION,
     adapter: str | None = None,
+    reorder_rest: Callable[[list[list[K]]], list[list[K]]] | None = None,
 ) -> list[list[K]]:
     """Ranks of (replica, id, routing stats) triples: the affine replica alone first when one
     is within the bound (the adapter's, for a LoRA request; else the prompt prefix's), then
-    every other replica ranked by headroom (rank_by_headroom)."""
+    every other replica ranked by headroom (rank_by_headroom), passed through `reorder_rest`."""
     if adapter is not None:
         chosen = adapter_choice(adapter, replicas, bound)
     elif prompt_token_ids is None:
@@ -284,43 +288,9 @@ def prefix_affinity_ranks(
         chosen = affinity_choice(prefix_key(prompt_token_ids, bound.prefix_tokens), replicas, bound)
     rest = [(replica, stats) for replica, _, stats in replicas if replica is not chosen]
     ranks = rank_by_headroom(rest, band_fraction)
+    if reorder_rest is not None:
+        ranks = reorder_rest(ranks)
     return ranks if chosen is None else [[chosen], *ranks]
-
-
-def oldest_open_with_id(queue: Iterable[PendingRequest], internal_request_id: str):
-    """The oldest pending request of `queue` (arrival order) that carries this internal request
-    id and is not done yet, else None.
-
-    Serve's exact-match index keeps one pending request per internal request id, but every
-    handle call made while serving one HTTP request inherits that request's id: the n choices of
-    one chat request, or a batch job's lines, share it. The index then finds only the first of
-    them and the others would wait forever; this scan finds the next one.
-    """
-    for pending in queue:
-        if (
-            not pending.future.done()
-            and pending.metadata.internal_request_id == internal_request_id
-        ):
-            return pending
-    return None
-
-
-def _prompt_of(pending_request: PendingRequest | None) -> Sequence[int] | None:
-    """The prompt token ids of a replica call (generate_stream(GenerateRequest)), else None."""
-    if pending_request is None or not pending_request.args:
-        return None
-    return getattr(pending_request.args[0], "prompt_token_ids", None)
-
-
-def _adapter_of(pending_request: PendingRequest | None) -> str | None:
-    """The LoRA adapter a replica call names: a GenerateRequest's, or the AdapterRef that
-    load_adapter validates (it goes where the adapter's requests will); else None."""
-    if pending_request is None or not pending_request.args:
-        return None
-    arg = pending_request.args[0]
-    ref = getattr(arg, "adapter", None) if hasattr(arg, "prompt_token_ids") else arg
-    name = getattr(ref, "name", None)
-    return name if isinstance(name, str) else None
 
 
 class PrefixAffinityRouter(_ReadsRoutingStats, RequestRouter):
@@ -358,14 +328,17 @@ class PrefixAffinityRouter(_ReadsRoutingStats, RequestRouter):
     ) -> list[list[RunningReplica]]:
         if not self._ready_to_rank(candidate_replicas, pending_request):
             return []
-        ranks = prefix_affinity_ranks(
-            _prompt_of(pending_request),
+        # The affine replica keeps its first rank even in its slow-start window: the prefix's
+        # KV (or the adapter) lives there, and the bound's max_imbalance already caps how much
+        # more than the least loaded replica it holds. Slow start reorders only the rest.
+        return prefix_affinity_ranks(
+            prompt_of(pending_request),
             [(r, r.replica_id, r.routing_stats) for r in candidate_replicas],
             self.bound,
             self.band_fraction,
-            _adapter_of(pending_request),
+            adapter_of(pending_request),
+            reorder_rest=lambda ranks: self._slow_started(ranks, candidate_replicas),
         )
-        return self._slow_started(ranks, candidate_replicas)
 
     def _fulfill_next_pending_request(self, replica: RunningReplica, request_metadata=None) -> None:
         """Serve's exact match by internal request id, then the oldest open request sharing that

@@ -6,6 +6,12 @@ on a GPU) are still cold. Like Envoy's slow-start mode, the replica reports how 
 window it is (`slow_start_fraction` in its routing stats, 1.0 once past it) and the router keeps
 it in its rank only with that probability; otherwise it is tried after every other rank. When
 every other replica is full the request still reaches it: slow start never makes a request wait.
+
+Two cases keep the ranks as they are. When every candidate is in its window (replicas that came
+up together) none is warmer to prefer. And the PrefixAffinityRouter's affine replica keeps its
+first rank: the request's prefix KV (or its LoRA adapter) is there, and the affinity bound's
+max_imbalance already caps how far ahead of the least loaded replica it gets. Deferring it
+would scatter a conversation's turns over replicas that hold none of its cache.
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ from types import SimpleNamespace
 from serving.engine.sampling_params import SamplingParams
 from serving.llm.adapter_affinity import IN_SLOTS_KEY, adapter_choice, adapter_key, holds
 from serving.llm.messages import AdapterRef, GenerateRequest
+from serving.llm.pending_calls import adapter_of
 from serving.llm.prefix_affinity import AffinityBound, prefix_key, rendezvous_order
-from serving.llm.router import _adapter_of, prefix_affinity_ranks, routing_stats_from_engine
+from serving.llm.router import prefix_affinity_ranks, routing_stats_from_engine
 from tests.conftest import engine_stats
 from tests.unit.llm.test_prefix_affinity import stats
 
@@ -89,11 +90,11 @@ def test_replicas_report_the_adapters_in_their_slots_only_when_they_serve_adapte
 def test_the_router_reads_the_adapter_of_a_generate_call_and_of_a_load_call():
     ref = AdapterRef("x", "/adapters/x", "load-1")
     request = GenerateRequest("r", (1, 2), SamplingParams(max_tokens=1), adapter=ref)
-    assert _adapter_of(SimpleNamespace(args=[request])) == "x"
+    assert adapter_of(SimpleNamespace(args=[request])) == "x"
     base = GenerateRequest("r", (1, 2), SamplingParams(max_tokens=1))
-    assert _adapter_of(SimpleNamespace(args=[base])) is None
-    assert _adapter_of(SimpleNamespace(args=[ref])) == "x"  # load_adapter(ref)
-    assert _adapter_of(SimpleNamespace(args=[])) is None and _adapter_of(None) is None
+    assert adapter_of(SimpleNamespace(args=[base])) is None
+    assert adapter_of(SimpleNamespace(args=[ref])) == "x"  # load_adapter(ref)
+    assert adapter_of(SimpleNamespace(args=[])) is None and adapter_of(None) is None
 
 
 def test_the_serve_router_sends_an_adapter_request_to_its_replica():

@@ -224,7 +224,7 @@ def test_prefix_router_routes_every_call_made_inside_one_http_request():
 
 
 def test_oldest_open_with_id_skips_done_and_other_ids():
-    from serving.llm.router import oldest_open_with_id
+    from serving.llm.pending_calls import oldest_open_with_id
 
     def pending(internal_id: str, done: bool) -> SimpleNamespace:
         future = SimpleNamespace(done=lambda: done)
@@ -250,3 +250,38 @@ def test_router_defers_a_replica_in_its_slow_start_window_unless_the_draw_keeps_
     assert ids(asyncio.run(router.choose_replicas([young, old], request))) == [["old"], ["young"]]
     monkeypatch.setattr("random.random", lambda: 0.1)
     assert ids(asyncio.run(router.choose_replicas([young, old], request))) == [["young"], ["old"]]
+
+
+def test_slow_start_demotes_no_one_when_every_replica_is_in_its_window(monkeypatch):
+    """Two replicas that just came up together: neither is warmer, so the ranks stand."""
+    router = make_router()
+    a = FakeReplica("a", {**stats(9000), "slow_start_fraction": 0.2})
+    b = FakeReplica("b", {**stats(5000), "slow_start_fraction": 0.3})
+    request = SimpleNamespace(routing_context=SimpleNamespace(should_backoff=False))
+    monkeypatch.setattr("random.random", lambda: 0.99)
+    ranked = asyncio.run(router.choose_replicas([a, b], request))
+    assert [[r.replica_id for r in rank] for rank in ranked] == [["a"], ["b"]]
+
+
+def test_the_prefix_replica_keeps_its_first_rank_in_its_slow_start_window(monkeypatch):
+    """Its KV holds the prefix; the bound's max_imbalance caps its load, not slow start. The
+    replicas after it are still reordered by slow start."""
+    from serving.llm.prefix_affinity import prefix_key, rendezvous_order
+    from serving.llm.router import PrefixAffinityRouter
+    from serving.ray_internals import router_kwargs
+
+    router = PrefixAffinityRouter(**router_kwargs("hot", "app"))
+    router.initialize_state(prefix_tokens=4)
+    prompt = (7, 8, 9, 10, 11)
+    young = {**stats(9000), "slow_start_fraction": 0.2, "num_running": 0, "num_waiting": 0}
+    old = {**stats(5000), "num_running": 0, "num_waiting": 0}
+    ids = ["p", "q", "s"]
+    home, second, third = rendezvous_order(prefix_key(prompt, 4), ids)
+    replicas = [FakeReplica(home, young), FakeReplica(second, young), FakeReplica(third, old)]
+    request = SimpleNamespace(
+        args=[SimpleNamespace(prompt_token_ids=prompt)],
+        routing_context=SimpleNamespace(should_backoff=False),
+    )
+    monkeypatch.setattr("random.random", lambda: 0.99)  # every young replica's draw fails
+    ranked = asyncio.run(router.choose_replicas(replicas, request))
+    assert [[r.replica_id for r in rank] for rank in ranked] == [[home], [third], [second]]
