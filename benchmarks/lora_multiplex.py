@@ -17,6 +17,9 @@ Systems, each an LLMEngine at `dtype: auto`, decoding --batch requests of --max-
   distinct       the adapter engine, every request on a different adapter (the worst case)
 Decode throughput counts only pure-decode steps (no prefill) from the engine's step log; each
 system runs --rounds times alternating and the best round counts (a shared machine).
+Threads: by default what a replica holding this node runs (`torch_threads: auto`, one model
+thread on 2 cores); --threads 2 measures both cores on the model, where the small LoRA kernels
+gain nothing from the second thread but pay its synchronisation, so the ratio is lower.
 The kernel section times one decode step's LoRA updates over SmolLM2's projections (30 layers x
 7, each layer its own slot stacks) at --batch rows: the two embedding-bag sums that read each
 row's slot in place (what layer.py does for decode rows) against gathering each row's A/B then
@@ -55,12 +58,25 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--max-tokens", type=int, default=None)
     p.add_argument("--num-adapters", type=int, default=None)
     p.add_argument("--rounds", type=int, default=None)
-    p.add_argument("--threads", type=int, default=torch.get_num_threads())
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default: what a replica holding this node runs, torch_threads auto)",
+    )
     args = p.parse_args()
     args.rounds = args.rounds or (2 if args.quick else 3)
     args.max_tokens = args.max_tokens or (32 if args.quick else 64)
     args.num_adapters = args.num_adapters or (8 if args.quick else 16)
+    args.threads = args.threads or serving_threads()
     return args
+
+
+def serving_threads() -> int:
+    """The model threads a replica holding this node runs (`torch_threads: auto`): all cores
+    but the one left to the front door and Ray, so the ratio is the one a replica sees."""
+    cores = torch_thread.node_cores()
+    return torch_thread.core_layout(torch_thread.AUTO, len(cores), cores).threads
 
 
 def zipf_choices(names: list[str], n: int, seed: int = 0) -> list[str]:
@@ -261,6 +277,8 @@ def main() -> None:
             "zipf_mix": mixes["zipf"][1],
             "distinct_adapters_in_zipf_mix": len(set(mixes["zipf"][1])),
             "engine_config": ENGINE,
+            "torch_threads": args.threads,
+            "serving_layout_threads": serving_threads(),
         },
         "decode_tokens_per_s": tps,
         "runs": runs,
