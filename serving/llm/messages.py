@@ -163,6 +163,8 @@ class ReplicaInfo:
     live_requests: int
     pid: int
     startup: StartupPhases = field(default_factory=StartupPhases)
+    # Share of its routing rank the replica takes now: below 1.0 in its slow-start window.
+    slow_start_fraction: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)

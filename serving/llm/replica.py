@@ -123,6 +123,7 @@ class ModelReplica:
             waiting=stats.num_waiting,
             live_requests=self.engine.num_live_requests,
             pid=os.getpid(),
+            slow_start_fraction=self._slow_start_fraction(),
         )
 
     def reading(self) -> ReplicaReading:
@@ -173,9 +174,12 @@ class ModelReplica:
                 )
             )
         routing = routing_stats_from_engine(stats, queued_tokens=self._queued_tokens())
-        age_s = time.monotonic() - self.ready_s
-        routing[SLOW_START_KEY] = slow_start_fraction(age_s, self.config.replica.slow_start_s)
+        routing[SLOW_START_KEY] = self._slow_start_fraction()
         return routing
+
+    def _slow_start_fraction(self) -> float:
+        age_s = time.monotonic() - self.ready_s
+        return slow_start_fraction(age_s, self.config.replica.slow_start_s)
 
     def _queued_tokens(self) -> int:
         """KV tokens the waiting requests will claim: prompt + max_tokens where admission

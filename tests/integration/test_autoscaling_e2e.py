@@ -10,7 +10,8 @@ traffic along the same day shape, and at 16:00 sends a burst the forecast does n
 shows: cold replicas are running BEFORE the ramp begins (the forecast, not an emergency), the
 cold pool stays up through the peak and reaches its maximum, it is released after the peak, the
 burst triggers the emergency path, no request fails (including those sent while Serve removed
-the last cold replica), the cold start measured today feeds the lead time, and a restart of
+the last cold replica), the first cold replica reports its start-up by phase and starts inside
+its slow-start window, the cold start measured today feeds the lead time, and a restart of
 Serve's controller rebuilds the policy from its history file, forecast included.
 """
 
@@ -44,6 +45,9 @@ BURST_MAX_TOKENS = 120
 BASE_RPS, PEAK_RPS = 0.5, 3.0
 PAST_COLD_START_S = 20.0  # real seconds, "measured yesterday" (a tiny model on 2 shared cores)
 MARGIN_S = 1800.0  # model seconds added to the p95 cold start
+# Real seconds: long enough that the first look at a new cold replica (Serve's status polled
+# every 0.5 s, then one handle call) falls inside its window on a loaded CI machine.
+SLOW_START_S = 60.0
 
 
 def day_rate_rps(t_model_s: float) -> float:
@@ -133,6 +137,7 @@ def day_app(ray_cluster, tmp_path_factory):
     # tests: this one is about the autoscaler), as may they at the ingress's front door.
     args["tiers"] = {"interactive": {"ttft_p99_s": 10.0, "max_queue_wait_s": 90.0}}
     args["server"] = {"ingress_max_queued_requests": 128}
+    args["replica"]["slow_start_s"] = SLOW_START_S
     config = tmp / "serve.yaml"
     config.write_text(serve_yaml(args))
     address = ray_cluster.get_runtime_context().gcs_address
@@ -187,6 +192,7 @@ class DayClient:
         self.pool = cf.ThreadPoolExecutor(16)
         self.burst_pool = cf.ThreadPoolExecutor(BURST_REQUESTS)
         self.http = httpx.Client(timeout=120, limits=httpx.Limits(max_connections=128))
+        self.first_cold = None  # (monotonic s, ReplicaInfo) of the first cold replica seen up
 
     def model_now(self) -> float:
         c = self.clock
@@ -225,8 +231,16 @@ class DayClient:
         self.http.close()
 
 
+def cold_replica_info():
+    """ReplicaInfo of a running cold replica (the first one, when only one runs)."""
+    from ray import serve
+
+    return serve.get_deployment_handle("cold", APP).info.remote().result(timeout_s=30)
+
+
 def play_day(day_app) -> tuple[list[tuple], DayClient]:
-    """Drive the day; samples are (model hour, hot running, cold running, cold live)."""
+    """Drive the day; samples are (model hour, hot running, cold running, cold live). The first
+    cold replica's ReplicaInfo is read as soon as Serve reports it running (client.first_cold)."""
     from serving.serve_status import read_counts
 
     clock = wait_until(lambda: policy_clock(day_app["history"], 0.0), 300, "policy never ticked")
@@ -241,6 +255,8 @@ def play_day(day_app) -> tuple[list[tuple], DayClient]:
                 burst_sent = True
             counts = read_counts(APP)
             samples.append((h, counts["hot"].running, counts["cold"].running, counts["cold"].live))
+            if counts["cold"].running >= 1 and client.first_cold is None:
+                client.first_cold = (time.monotonic(), cold_replica_info())
             time.sleep(0.5)
     finally:
         client.stop.set()
@@ -271,6 +287,13 @@ def test_compressed_day_cold_pool_up_before_ramp_released_after_emergency_on_a_b
     assert not first_up["emergency"] and "forecast peak" in first_up["reason"], timeline
     assert all(s[3] >= 1 for s in samples if 12.0 <= s[0] < 14.0), timeline
     assert max(s[2] for s in samples if 12.5 <= s[0] < 14.0) == 2, timeline
+    # The new replica said how its start went, phase by phase, and took a growing share of its
+    # rank: seen inside its slow-start window (SLOW_START_S) when Serve first said it runs.
+    assert client.first_cold is not None, timeline
+    info = client.first_cold[1]
+    assert info.startup.load_s > 0 and info.startup.self_check_s > 0, info.startup
+    assert info.warmup_s == pytest.approx(info.startup.total_s), info
+    assert 0.0 < info.slow_start_fraction < 1.0, info
     # Released after the peak, and not before it ended (Serve removed the replicas).
     down = next((s for s in samples if s[0] >= 12.5 and s[3] == 0), None)
     assert down is not None and 14.0 <= down[0] < BURST_HOUR, timeline
