@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from capacity.adapters_cli import adapters_main, add_adapters_parser
 from capacity.plan_outputs import add_output_args, write_plan_outputs
 from capacity.planner import PlanInputs, format_plan, plan
 
@@ -79,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     add_output_args(p)  # --plot, --write-cluster-yaml (capacity/plan_outputs.py)
     _add_profile_arg(p)
     _add_calibrate_parser(sub)
+    add_adapters_parser(sub)
     return parser
 
 
@@ -86,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "calibrate":
         return _calibrate_main(args)
+    if args.command == "adapters":
+        return adapters_main(args)
     try:
         inputs = PlanInputs(
             model_config=load_model_config(args.model),

@@ -2,6 +2,7 @@
 
     tideserve plan ...        capacity plan (python -m capacity plan)
     tideserve calibrate ...   measure step costs on this device (python -m capacity calibrate)
+    tideserve adapters ...    LoRA slots per replica (python -m capacity adapters)
     tideserve replay ...      replay a traffic trace (python -m autoscaling replay)
     tideserve status ...      the live forecast autoscaler (python -m autoscaling status)
     tideserve doctor ...      R10 triage of a running app: the one knob to turn
@@ -45,6 +46,7 @@ def _batches(argv: list[str]) -> int:
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "plan": (_capacity, "memory budget, roofline throughput and replicas at peak"),
     "calibrate": (_capacity, "measure engine step costs on this device, save a profile"),
+    "adapters": (_capacity, "LoRA slots per replica (engine.max_loras) for adapter popularity"),
     "replay": (_autoscaling, "replay a traffic trace through the policies"),
     "status": (_autoscaling, "forecast, targets and last reasons of the live autoscaler"),
     "doctor": (_doctor, "R10 triage of a running app: config, memory, queue, compute"),
