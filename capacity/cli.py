@@ -75,6 +75,14 @@ def _parser() -> argparse.ArgumentParser:
         help="throughput derating (R6); defaults to --utilization",
     )
     p.add_argument("--block-size", type=int, default=16, help="KV block size in tokens")
+    p.add_argument(
+        "--max-loras",
+        type=int,
+        default=0,
+        help="LoRA adapter slots per replica, set aside before the KV region "
+        "(how many: tideserve adapters)",
+    )
+    p.add_argument("--max-lora-rank", type=int, default=16, help="rank of the LoRA slots")
     p.add_argument("--reserve-gib", type=float, default=None, help="default 2 GiB + 5%% of device")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_output_args(p)  # --plot, --write-cluster-yaml (capacity/plan_outputs.py)
@@ -107,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             block_size_tokens=args.block_size,
             reserve_bytes=None if args.reserve_gib is None else int(args.reserve_gib * 1024**3),
             model_name=_model_label(args.model),
+            max_loras=args.max_loras,
+            max_lora_rank=args.max_lora_rank,
         )
         result = plan(inputs)
         as_dict = _with_profile(args, result, result.to_dict())

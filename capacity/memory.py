@@ -320,6 +320,7 @@ class MemorySplit:
     block_size_tokens: int
     num_blocks: int
     num_paging_groups: int = 1
+    lora_slot_bytes: int = 0  # LoRA adapter slots, allocated at start like the weights
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -357,8 +358,10 @@ def split_memory(
     config: Any,
     dtype: Any,
     block_size_tokens: int,
+    lora_slot_bytes: int = 0,
 ) -> MemorySplit:
-    """KV region = utilization x device - weights - reserve, rounded down to whole blocks.
+    """KV region = utilization x device - weights - LoRA slots - reserve, rounded down to whole
+    blocks.
 
     Raises a ValueError saying how many GiB are missing and what to change when nothing is left.
     """
@@ -366,11 +369,13 @@ def split_memory(
         raise ValueError(f"utilization={utilization} must be in (0, 1]")
     per_block = block_bytes(config, dtype, block_size_tokens)
     message = does_not_fit(
-        "model", "this device", device_bytes, utilization, weights_bytes, reserve_bytes, per_block
-    )
+        "model", "this device", device_bytes, utilization, weights_bytes + lora_slot_bytes,
+        reserve_bytes, per_block,
+    )  # fmt: skip
     if message is not None:
         raise ValueError(f"{message}. Use a larger device, a smaller dtype, or raise utilization.")
-    num_blocks = (int(device_bytes * utilization) - weights_bytes - reserve_bytes) // per_block
+    fixed_bytes = weights_bytes + lora_slot_bytes + reserve_bytes
+    num_blocks = (int(device_bytes * utilization) - fixed_bytes) // per_block
     return MemorySplit(
         device_bytes=device_bytes,
         weight_bytes=weights_bytes,
@@ -380,4 +385,5 @@ def split_memory(
         block_size_tokens=block_size_tokens,
         num_blocks=num_blocks,
         num_paging_groups=paging_layout(config).num_groups,
+        lora_slot_bytes=lora_slot_bytes,
     )

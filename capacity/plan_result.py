@@ -45,6 +45,7 @@ class Plan:
         return [
             ("device memory", gib(s.device_bytes)),
             (f"weights ({self._weights_label()})", gib(s.weight_bytes)),
+            *self._lora_rows(gib),
             ("reserve (CUDA ctx, activations, fragmentation)", gib(s.reserve_bytes)),
             (
                 f"KV region (hard cap, {s.num_blocks} blocks x {s.block_size_tokens} tok)",
@@ -63,6 +64,13 @@ class Plan:
             ),
             ("memory watermark", f"{self.memory_watermark:.1%}"),
         ]
+
+    def _lora_rows(self, gib) -> list[tuple[str, str]]:
+        i = self.inputs
+        if not i.max_loras:
+            return []
+        label = f"LoRA slots ({i.max_loras} x rank {i.max_lora_rank}, engine.max_loras)"
+        return [(label, gib(self.split.lora_slot_bytes))]
 
     def _weights_label(self) -> str:
         p, q = self.params, quantization_config(self.inputs.model_config)
@@ -89,6 +97,9 @@ class Plan:
             "device_bytes": s.device_bytes,
             "weight_bytes": s.weight_bytes,
             "reserve_bytes": s.reserve_bytes,
+            "max_loras": i.max_loras,
+            "max_lora_rank": i.max_lora_rank,
+            "lora_slot_bytes": s.lora_slot_bytes,
             "kv_region_bytes": s.kv_region_bytes,
             "kv_bytes_per_token": s.kv_bytes_per_token,
             "block_size_tokens": s.block_size_tokens,

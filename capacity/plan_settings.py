@@ -13,6 +13,7 @@ result into the file. Each value and where it comes from:
 | engine.gpu_memory_utilization        | the plan's memory fraction (--utilization)                |
 | engine.kv_cache_bytes                | null: a GPU replica sizes KV from measured free memory;   |
 |                                      | with `pin_kv_bytes`, the plan's KV region in bytes        |
+| engine.max_loras, max_lora_rank      | `plan --max-loras`: slots the budget set aside (if > 0)   |
 | pools.hot.num_replicas               | hot share of the replicas at peak (R5/R6)                 |
 | pools.cold.max_replicas              | the rest                                                  |
 | controller.replica_capacity_rps      | planned requests/s per replica                            |
@@ -54,6 +55,8 @@ class PlanSettings:
     cold_max_replicas: int
     replica_capacity_rps: float
     planned_kv_bytes: int  # the plan's KV region, reported even when not pinned
+    max_loras: int = 0  # LoRA slots the plan set memory aside for (written only when > 0)
+    max_lora_rank: int = 16
 
     def engine_values(self) -> dict[str, int | float | None]:
         return {
@@ -64,6 +67,11 @@ class PlanSettings:
             "block_size_tokens": self.block_size_tokens,
             "gpu_memory_utilization": self.gpu_memory_utilization,
             "kv_cache_bytes": self.kv_cache_bytes,
+            **(
+                {"max_loras": self.max_loras, "max_lora_rank": self.max_lora_rank}
+                if self.max_loras
+                else {}
+            ),
         }
 
 
@@ -108,4 +116,6 @@ def plan_settings(
         cold_max_replicas=cold,
         replica_capacity_rps=float(f"{rps:.4g}"),  # 4 significant digits, never 0
         planned_kv_bytes=p.split.kv_region_bytes,
+        max_loras=p.inputs.max_loras,
+        max_lora_rank=p.inputs.max_lora_rank,
     )

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from capacity import memory
+from capacity.adapters import lora_slot_bytes
 from capacity.fit import FitInputs, check_fits
 from capacity.gpus import GpuSpec, get_gpu
 from capacity.memory import default_reserve_bytes
@@ -124,6 +125,8 @@ class PlanInputs:
     block_size_tokens: int = 16
     reserve_bytes: int | None = None
     model_name: str | None = None  # what messages call the model (default: its model_type)
+    max_loras: int = 0  # LoRA adapter slots per replica (engine.max_loras; `tideserve adapters`)
+    max_lora_rank: int = 16  # the slots' rank (engine.max_lora_rank)
 
     def __post_init__(self) -> None:
         if not isinstance(self.model_config, Mapping):
@@ -154,6 +157,8 @@ class PlanInputs:
         check_range(_OWNER, "block_size_tokens", self.block_size_tokens, 1, None, integer=True)
         if self.reserve_bytes is not None:
             check_range(_OWNER, "reserve_bytes", self.reserve_bytes, 0, None, integer=True)
+        check_range(_OWNER, "max_loras", self.max_loras, 0, None, integer=True)
+        check_range(_OWNER, "max_lora_rank", self.max_lora_rank, 1, None, integer=True)
 
     @property
     def spec(self) -> GpuSpec:
@@ -193,11 +198,12 @@ def _memory(inputs: PlanInputs, cfg, params: ParamCount) -> memory.MemorySplit:
     reserve = default_reserve_bytes(gpu.memory_bytes)
     if inputs.reserve_bytes is not None:
         reserve = inputs.reserve_bytes
+    lora = lora_slot_bytes(cfg, dtype, inputs.max_loras, inputs.max_lora_rank)
     layout, page = memory.paging_layout(cfg), memory.block_bytes(cfg, dtype, bs)
-    left = int(gpu.memory_bytes * inputs.utilization) - weights - reserve
+    left = int(gpu.memory_bytes * inputs.utilization) - weights - lora - reserve
     fit = FitInputs(
         what=_describe(inputs, params),
-        weight_bytes=weights,
+        weight_bytes=weights + lora,  # the slots are fixed bytes, allocated at start as weights
         one_seq_kv_bytes=memory.seq_blocks(layout.group_windows, inputs.max_model_len, bs) * page,
         max_model_len=inputs.max_model_len,
         utilization=inputs.utilization,
@@ -206,7 +212,7 @@ def _memory(inputs: PlanInputs, cfg, params: ParamCount) -> memory.MemorySplit:
     )
     check_fits(fit, f"one {gpu.name}", gpu.memory_bytes, gpu)
     return memory.split_memory(
-        gpu.memory_bytes, weights, reserve, inputs.utilization, cfg, dtype, bs
+        gpu.memory_bytes, weights, reserve, inputs.utilization, cfg, dtype, bs, lora
     )
 
 
@@ -254,7 +260,7 @@ def plan(inputs: PlanInputs) -> Plan:
     avg_len = inputs.avg_input_tokens + inputs.avg_output_tokens
     conc_avg = memory.max_concurrency(split.num_blocks, avg_len, bs, windows)
     conc_max = memory.max_concurrency(split.num_blocks, inputs.max_model_len, bs, windows)
-    used = split.weight_bytes + split.reserve_bytes + split.kv_region_bytes
+    used = split.weight_bytes + split.lora_slot_bytes + split.reserve_bytes + split.kv_region_bytes
     avg_ctx = math.ceil(inputs.avg_input_tokens + inputs.avg_output_tokens / 2)
     kv_avg_ctx = memory.seq_kv_bytes(cfg, inputs.dtype, avg_ctx)
     step_s, bound, prefill_s, raw_rps = _roofline(inputs, params, split, conc_avg, kv_avg_ctx)
