@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 
 from serving.config import AppConfig
 from serving.engine import LLMEngine, RequestTimeoutError, SamplingParams, torch_thread
+from serving.engine.core_fence import fence_node
 from serving.engine.load import load_snapshot
 from serving.llm.admission import AdmissionLimits, admit, max_in_replica, ttft_budget_s
 from serving.llm.autoscaling_stats import ReplicaStats
@@ -57,6 +58,8 @@ class ModelReplica:
             rep.torch_threads, rep.num_cpus, torch_thread.node_cores()
         )
         torch_thread.apply_layout(self.core_layout)
+        if self.core_layout.pinned:  # the node's proxy, ingress and Ray off the model cores
+            fence_node(self.core_layout.model_cores, self.core_layout.other_cores)
         if self.config.replica.num_gpus == 0 and self.config.replica.cpu_nice_increment:
             # The front door runs first; before loading, so that a replica starting beside a
             # serving one does not take the CPU from it either.
