@@ -29,6 +29,7 @@ class ThreadTimes:
     run_s: float  # on a CPU
     wait_s: float  # runnable, waiting on the run queue
     slices: int  # times it was put on a CPU
+    cores: tuple[int, ...] = ()  # where it may run (its affinity) when read
 
 
 def thread_times(pids: list[int]) -> dict[tuple[int, int], ThreadTimes]:
@@ -48,29 +49,43 @@ def thread_times(pids: list[int]) -> dict[tuple[int, int], ThreadTimes]:
                     run_ns, wait_ns, slices = (int(x) for x in f.read().split())
             except (FileNotFoundError, ProcessLookupError):
                 continue
+            try:
+                cores = tuple(sorted(os.sched_getaffinity(int(tid))))
+            except OSError:
+                cores = ()
             key = (pid, int(tid))
-            out[key] = ThreadTimes(pid, int(tid), name, run_ns / 1e9, wait_ns / 1e9, slices)
+            out[key] = ThreadTimes(pid, int(tid), name, run_ns / 1e9, wait_ns / 1e9, slices, cores)
     return out
 
 
-def busiest_thread(before: dict, after: dict) -> dict | None:
-    """The thread that ran longest between two `thread_times` readings: its run and run-queue
-    wait seconds, and the share of its busy time spent waiting."""
+def busiest_threads(before: dict, after: dict, num: int = 1) -> list[dict]:
+    """The `num` threads that ran longest between two `thread_times` readings, longest first:
+    run and run-queue wait seconds, the share of busy time spent waiting, and the cores the
+    thread may run on."""
     deltas = []
     for key, b in after.items():
         a = before.get(key)
         if a is not None:
             deltas.append((b.run_s - a.run_s, b.wait_s - a.wait_s, b.slices - a.slices, b))
-    if not deltas:
-        return None
-    run_s, wait_s, slices, t = max(deltas, key=lambda d: d[0])
-    return {
-        "thread": t.name,
-        "run_s": round(run_s, 2),
-        "runqueue_wait_s": round(wait_s, 2),
-        "wait_share": round(wait_s / max(run_s + wait_s, 1e-9), 3),
-        "num_slices": slices,
-    }
+    deltas.sort(key=lambda d: d[0], reverse=True)
+    return [
+        {
+            "thread": t.name,
+            "tid": t.tid,
+            "cores": list(t.cores),
+            "run_s": round(run_s, 2),
+            "runqueue_wait_s": round(wait_s, 2),
+            "wait_share": round(wait_s / max(run_s + wait_s, 1e-9), 3),
+            "num_slices": slices,
+        }
+        for run_s, wait_s, slices, t in deltas[:num]
+    ]
+
+
+def busiest_thread(before: dict, after: dict) -> dict | None:
+    """The thread that ran longest between two readings (busiest_threads), or None."""
+    top = busiest_threads(before, after)
+    return top[0] if top else None
 
 
 def idle_background(duration_s: float) -> dict:

@@ -244,7 +244,9 @@ def run_tideserve(cfg, prompts, args, tokenizer, tmp: Path, name="tideserve",
         res.extra["cpu_ms_per_output_token"] = {
             k: round(1000 * v / max(res.num_tokens, 1), 3) for k, v in used.items()
         }
-        res.extra["hot_replica_busiest_thread"] = cc.busiest_thread(threads, cc.thread_times(hot))
+        after_threads = cc.thread_times(hot)
+        res.extra["hot_replica_busiest_thread"] = cc.busiest_thread(threads, after_threads)
+        res.extra["hot_replica_top_threads"] = cc.busiest_threads(threads, after_threads, 4)
         res.extra["idle_background"] = idle
         res.extra["torch_threads"] = torch_threads or "config"
         res.extra["start_to_ready_s"] = round(ready_s, 1)
