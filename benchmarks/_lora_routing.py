@@ -128,3 +128,48 @@ def simulate(
 def loads_ratio(blind: SimResult, affinity: SimResult) -> float | None:
     """How many times fewer loads affinity makes than blind routing (None: affinity loaded 0)."""
     return blind.total_loads / affinity.total_loads if affinity.total_loads else None
+
+
+def slot_sweep(
+    stream: Sequence[str], num_replicas: int, slot_limits: Sequence[int], warmup: int, seed: int
+) -> dict:
+    """Loads of both policies per slot limit, for three sets of replica ids (the ids decide
+    which replica is each adapter's home, so they decide how evenly the popular ones split)."""
+    counted = len(stream) - warmup
+    rows = []
+    for slots in slot_limits:
+        per_ids = []
+        for id_set in range(3):
+            ids = [f"replica-{id_set}-{r}" for r in range(num_replicas)]
+            runs = {
+                p: simulate(stream, num_replicas, slots, p, seed, warmup, ids) for p in POLICIES
+            }
+            per_ids.append({
+                "replica_ids": ids,
+                "affinity_loads": list(runs["affinity"].loads),
+                "blind_loads": list(runs["blind"].loads),
+                "affinity_requests": list(runs["affinity"].requests),
+                "loads_ratio": loads_ratio(runs["blind"], runs["affinity"]),
+            })  # fmt: skip
+        ratios = [r["loads_ratio"] for r in per_ids if r["loads_ratio"] is not None]
+        rows.append({
+            "slots": slots,
+            "loads_ratio_min": min(ratios) if ratios else None,
+            "affinity_loads_per_request": _mean(
+                sum(r["affinity_loads"]) / counted for r in per_ids
+            ),
+            "blind_loads_per_request": _mean(sum(r["blind_loads"]) / counted for r in per_ids),
+            "by_replica_ids": per_ids,
+        })  # fmt: skip
+    return {
+        "num_requests": len(stream),
+        "warmup_requests": warmup,
+        "seed": seed,
+        "blind_model": "uniformly random replica (equal KV headroom: one rank, adapter unseen)",
+        "by_slots": rows,
+    }
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)

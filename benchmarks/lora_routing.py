@@ -67,49 +67,8 @@ def planned_slots() -> int:
 
 
 def pure_part(num_requests: int, warmup: int, seed: int) -> dict:
-    """Loads of both policies per slot limit, for three sets of replica ids (the ids decide
-    which replica is each adapter's home, so they decide how evenly the popular ones split)."""
     stream = sim.zipf_stream(sim.adapter_names(NUM_ADAPTERS), num_requests, seed, ZIPF_EXPONENT)
-    rows = []
-    for slots in PURE_SLOTS:
-        per_ids = []
-        for id_set in range(3):
-            ids = [f"replica-{id_set}-{r}" for r in range(NUM_REPLICAS)]
-            runs = {
-                p: sim.simulate(stream, NUM_REPLICAS, slots, p, seed, warmup, ids)
-                for p in sim.POLICIES
-            }
-            per_ids.append({
-                "replica_ids": ids,
-                "affinity_loads": list(runs["affinity"].loads),
-                "blind_loads": list(runs["blind"].loads),
-                "affinity_requests": list(runs["affinity"].requests),
-                "loads_ratio": sim.loads_ratio(runs["blind"], runs["affinity"]),
-            })  # fmt: skip
-        ratios = [r["loads_ratio"] for r in per_ids if r["loads_ratio"] is not None]
-        rows.append({
-            "slots": slots,
-            "loads_ratio_min": min(ratios) if ratios else None,
-            "affinity_loads_per_request": _mean(
-                sum(r["affinity_loads"]) / (num_requests - warmup) for r in per_ids
-            ),
-            "blind_loads_per_request": _mean(
-                sum(r["blind_loads"]) / (num_requests - warmup) for r in per_ids
-            ),
-            "by_replica_ids": per_ids,
-        })  # fmt: skip
-    return {
-        "num_requests": num_requests,
-        "warmup_requests": warmup,
-        "seed": seed,
-        "blind_model": "uniformly random replica (equal KV headroom: one rank, adapter unseen)",
-        "by_slots": rows,
-    }
-
-
-def _mean(values) -> float:
-    values = list(values)
-    return sum(values) / len(values)
+    return sim.slot_sweep(stream, NUM_REPLICAS, PURE_SLOTS, warmup, seed)
 
 
 def make_adapters(root: Path) -> tuple[Path, dict[str, str]]:

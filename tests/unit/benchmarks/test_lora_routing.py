@@ -11,6 +11,7 @@ from benchmarks._lora_routing import (
     adapter_names,
     loads_ratio,
     simulate,
+    slot_sweep,
     zipf_stream,
     zipf_weights,
 )
@@ -80,6 +81,21 @@ def test_scarce_slots_evict_and_affinity_still_loads_fewer():
 def test_no_affinity_loads_is_no_ratio():
     run = simulate(["ft00"] * 10, 2, 4, "affinity", warmup=1, replica_ids=IDS)
     assert run.total_loads == 0 and loads_ratio(run, run) is None
+
+
+def test_the_sweep_reports_each_slot_limit_and_the_lowest_ratio_of_its_id_sets():
+    stream = zipf_stream(adapter_names(50), 3000, seed=0)
+    sweep = slot_sweep(stream, 2, (4, 25), warmup=300, seed=0)
+    assert [row["slots"] for row in sweep["by_slots"]] == [4, 25]
+    scarce, roomy = sweep["by_slots"]
+    for row in (scarce, roomy):
+        ratios = [r["loads_ratio"] for r in row["by_replica_ids"]]
+        assert len(ratios) == 3 and row["loads_ratio_min"] == min(ratios)
+        assert all(sum(r["affinity_requests"]) == 2700 for r in row["by_replica_ids"])
+    # more slots, fewer loads per request for both; affinity's drop is the larger one
+    assert roomy["affinity_loads_per_request"] < scarce["affinity_loads_per_request"]
+    assert roomy["blind_loads_per_request"] < scarce["blind_loads_per_request"]
+    assert roomy["loads_ratio_min"] > scarce["loads_ratio_min"] > 1.0
 
 
 @pytest.mark.parametrize(
