@@ -22,6 +22,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from capacity.adapters import zipf_popularity
 from serving.engine.lora.slots import AllPinned, SlotPool
 from serving.llm.adapter_affinity import IN_SLOTS_KEY
 from serving.llm.prefix_affinity import AffinityBound
@@ -44,7 +45,7 @@ def zipf_weights(num: int, exponent: float = 1.0) -> list[float]:
     """Popularity of ranks 1..num, weight 1 / k**exponent, normalised to sum 1."""
     if num < 1:
         raise ValueError(f"num={num!r} must be >= 1")
-    raw = [1.0 / (k**exponent) for k in range(1, num + 1)]
+    raw = zipf_popularity(num, exponent)
     total = sum(raw)
     return [w / total for w in raw]
 

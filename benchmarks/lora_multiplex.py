@@ -41,6 +41,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 from benchmarks import _common as c
+from capacity.adapters import zipf_popularity
 from serving.engine import torch_thread
 from serving.engine.lora.layer import LoraState
 from serving.tiny_adapters import ALL_PROJECTIONS
@@ -82,7 +83,7 @@ def serving_threads() -> int:
 def zipf_choices(names: list[str], n: int, seed: int = 0) -> list[str]:
     import random
 
-    weights = [1.0 / (k + 1) for k in range(len(names))]
+    weights = zipf_popularity(len(names))
     return random.Random(seed).choices(names, weights=weights, k=n)
 
 

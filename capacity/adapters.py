@@ -57,6 +57,14 @@ class SlotPlan:
     slot_bytes: int | None = None  # device bytes of the slots, when the model config is given
 
 
+def zipf_popularity(num_adapters: int, exponent: float = 1.0) -> list[float]:
+    """Zipf weights of adapters by popularity rank: the k-th most used weighs 1 / k**exponent
+    (not normalised; slots_per_replica takes shares of the total)."""
+    check_range("zipf_popularity", "num_adapters", num_adapters, 1, None, integer=True)
+    check_range("zipf_popularity", "exponent", exponent, 0.0, None)
+    return [1.0 / (k + 1) ** exponent for k in range(num_adapters)]
+
+
 def _che_miss(shares: Sequence[float], slots: int) -> float:
     """LRU miss fraction for independent requests with these shares and `slots` slots (Che's
     approximation: an adapter stays cached for a characteristic time T, chosen so that the

@@ -14,7 +14,7 @@ import math
 import sys
 from pathlib import Path
 
-from capacity.adapters import SlotPlan, slots_per_replica
+from capacity.adapters import SlotPlan, slots_per_replica, zipf_popularity
 
 
 def add_adapters_parser(sub) -> None:
@@ -52,7 +52,7 @@ def popularity_of(args: argparse.Namespace) -> list[float]:
         raise ValueError(f"--num-adapters={args.num_adapters} must be >= 1")
     if not math.isfinite(args.zipf) or args.zipf < 0:
         raise ValueError(f"--zipf={args.zipf} must be a finite number >= 0")
-    return [1.0 / (k + 1) ** args.zipf for k in range(args.num_adapters)]
+    return zipf_popularity(args.num_adapters, args.zipf)
 
 
 def format_slots(plan: SlotPlan, num_adapters: int, args: argparse.Namespace) -> str:

@@ -58,3 +58,14 @@ def test_one_adapter_needs_one_slot_and_bytes_follow_the_slots():
 def test_bad_inputs_are_errors_naming_them(args, says):
     with pytest.raises(ValueError, match=says):
         slots_per_replica(*args)
+
+
+def test_zipf_popularity_is_one_over_rank_to_the_exponent_and_names_bad_fields():
+    from capacity.adapters import zipf_popularity
+
+    assert zipf_popularity(50) == ZIPF_50
+    assert zipf_popularity(3, 2.0) == [1.0, 0.25, 1 / 9]
+    with pytest.raises(ValueError, match="num_adapters"):
+        zipf_popularity(0)
+    with pytest.raises(ValueError, match="exponent"):
+        zipf_popularity(5, -1.0)
