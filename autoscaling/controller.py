@@ -136,6 +136,7 @@ class ForecastController:
             cold_target=counts["cold"].live,
             queue_depth=signals.queue_depth,
             queue_wait_s=signals.queue_wait_s,
+            adapter_miss_s_per_request=signals.adapter_miss_s_per_request,
         )
         ctl = self.cfg.controller
         out = live_tick(self.memory, self.meters, self.clock, ctl, self.policy_cfg, view, wall)

@@ -76,7 +76,7 @@ def decision_record(
     rate_rps: float | None,
     hot_running: int,
     cold_running: int,
-    signals: Any,  # autoscaling.signals.PoolSignals
+    signals: Any,  # autoscaling.live_tick.PoolView
 ) -> dict[str, Any]:
     """One tick as stored in the history and shown by `status` (plain JSON)."""
     return {
@@ -97,6 +97,9 @@ def decision_record(
         "cold_running": cold_running,
         "queue_depth": signals.queue_depth,
         "queue_wait_s": signals.queue_wait_s,
+        # the per-replica capacity planned with, after adapter slot loads' derating
+        "capacity_rps": decision.details.get("capacity_rps"),
+        "adapter_miss_s_per_request": signals.adapter_miss_s_per_request,
     }
 
 

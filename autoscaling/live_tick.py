@@ -39,6 +39,8 @@ class PoolView:
     cold_target: int  # the cold replicas Serve is to have (running + starting)
     queue_depth: int  # waiting sequences over hot and cold replicas with a fresh report
     queue_wait_s: float  # worst replica's p99 queue wait
+    # LoRA slot-load seconds per admitted request over the replicas' last windows (signals.py)
+    adapter_miss_s_per_request: float = 0.0
 
 
 @dataclass(slots=True)
@@ -94,6 +96,8 @@ def observed(
         refused_rps=refused_rps or 0.0,
         # the ingress's counts span its previous report to this one
         rate_at_s=None if rate_rps is None or rate_mid_s is None else clock.now(rate_mid_s),
+        # engine seconds per request: the wall is the replicas' clock, not the model's
+        adapter_miss_s_per_request=view.adapter_miss_s_per_request,
     )
 
 

@@ -4,6 +4,8 @@ The hot pool is constant (R5/R9). The cold pool follows the forecast:
 
     base     = max(forecast peak over [now, now + lead + horizon], rate seen now)
     needed   = ceil(base x headroom / capacity)
+    capacity = replica_capacity_rps, derated by adapter slot loads: 1 / (1/c + m), m the
+               measured load seconds per request (a step waits while an adapter is written)
     headroom = learned online (autoscaling/headroom.py): an upper quantile of the forecast's own
                recent errors x the SLO's feedback; 1 / target_utilization (R6's safety factor)
                until it has scores
@@ -39,6 +41,7 @@ __all__ = [
     "PolicyState",
     "Snapshot",
     "decide",
+    "effective_capacity_rps",
     "in_distress",
     "lead_s_for",
 ]
@@ -65,6 +68,8 @@ class Snapshot:
     headroom_basis: str = "prior 1/target_utilization"
     # cold replicas the batch lane asks for now (serving/batch/lane.py); a floor on the target
     offline_cold_replicas: int = 0
+    # engine seconds of LoRA slot loads per admitted request, over the replicas' last windows
+    adapter_miss_s_per_request: float = 0.0
 
     @property
     def cold_current(self) -> int:
@@ -121,8 +126,17 @@ def lead_s_for(
     return cfg.lead_s
 
 
-def _replicas_for(rate_rps: float, cfg: PolicyConfig) -> int:
-    per_replica = cfg.replica_capacity_rps * cfg.target_utilization
+def effective_capacity_rps(capacity_rps: float, miss_s_per_request: float) -> float:
+    """Requests/s one replica serves when each request also costs `miss_s_per_request` seconds
+    of adapter slot loads, during which the step (every running request) waits.
+
+    In one second the replica spends x * m seconds loading and serves at rate c in the rest:
+    x = c * (1 - x * m), so x = c / (1 + c * m) = 1 / (1/c + m)."""
+    return capacity_rps / (1.0 + capacity_rps * max(miss_s_per_request, 0.0))
+
+
+def _replicas_for(rate_rps: float, cfg: PolicyConfig, capacity_rps: float) -> int:
+    per_replica = capacity_rps * cfg.target_utilization
     return math.ceil(max(rate_rps, 0.0) / per_replica - 1e-9)
 
 
@@ -133,12 +147,14 @@ def in_distress(
     cfg: PolicyConfig,
     refused_rps: float = 0.0,
     rate_rps: float = 0.0,
+    miss_s_per_request: float = 0.0,
 ) -> bool:
     """The emergency test: the queue wait, or its depth in seconds of the ready replicas'
-    capacity, past `panic_queue_fraction` of the TTFT SLO (its requests miss the SLO); or more
-    than `panic_refused_share` of the requests (`rate_rps` counts them all) refused for
-    capacity."""
-    depth_s = queue_depth / (max(ready, 1) * cfg.replica_capacity_rps)
+    capacity (derated by adapter loads), past `panic_queue_fraction` of the TTFT SLO (its
+    requests miss the SLO); or more than `panic_refused_share` of the requests (`rate_rps`
+    counts them all) refused for capacity."""
+    capacity_rps = effective_capacity_rps(cfg.replica_capacity_rps, miss_s_per_request)
+    depth_s = queue_depth / (max(ready, 1) * capacity_rps)
     limit_s = cfg.panic_queue_fraction * cfg.ttft_slo_s
     return queue_wait_s > limit_s or depth_s > limit_s or _refusing(refused_rps, rate_rps, cfg)
 
@@ -150,11 +166,13 @@ def _refusing(refused_rps: float, rate_rps: float, cfg: PolicyConfig) -> bool:
 def _emergency_need(snap: Snapshot, cfg: PolicyConfig) -> tuple[int, str] | None:
     """Replicas the observed load needs right now when the queue passes half the SLO, else None."""
     ready = snap.hot_replicas + snap.cold_ready
+    miss_s = snap.adapter_miss_s_per_request
     if not in_distress(
-        snap.queue_wait_s, snap.queue_depth, ready, cfg, snap.refused_rps, snap.rate_rps
+        snap.queue_wait_s, snap.queue_depth, ready, cfg, snap.refused_rps, snap.rate_rps, miss_s
     ):
         return None
-    capacity_rps = max(ready, 1) * cfg.replica_capacity_rps
+    per_replica_rps = effective_capacity_rps(cfg.replica_capacity_rps, miss_s)
+    capacity_rps = max(ready, 1) * per_replica_rps
     depth_s = snap.queue_depth / capacity_rps  # queue in seconds of current capacity
     limit_s = cfg.panic_queue_fraction * cfg.ttft_slo_s
     if snap.queue_wait_s > limit_s:
@@ -172,7 +190,7 @@ def _emergency_need(snap: Snapshot, cfg: PolicyConfig) -> tuple[int, str] | None
     piling_rps = 0.0 if snap.refused_rps > 0 else shortfall_rps
     backlog = snap.queue_depth + piling_rps * cold_start_s
     rate = snap.rate_rps + backlog / cfg.panic_drain_s
-    need = max(_replicas_for(rate, cfg), snap.hot_replicas + snap.cold_current + 1)
+    need = max(_replicas_for(rate, cfg, per_replica_rps), snap.hot_replicas + snap.cold_current + 1)
     return need, what
 
 
@@ -217,13 +235,20 @@ def decide(
     # level window has not caught yet); the headroom learned for this base multiplies it
     base_rps = max(fc.peak_rps, snap.rate_rps)
     planned_rps = base_rps * headroom
-    needed = math.ceil(planned_rps / cfg.replica_capacity_rps - 1e-9)
+    capacity_rps = effective_capacity_rps(cfg.replica_capacity_rps, snap.adapter_miss_s_per_request)
+    needed = math.ceil(planned_rps / capacity_rps - 1e-9)
     want = min(max(needed - hot, cfg.min_cold_replicas), cfg.max_cold_replicas)
     why = (
         f"forecast peak {fc.peak_rps:.0f} rps x headroom {headroom:.2f} within "
         f"{lead:.0f}+{cfg.horizon_s:.0f} s ({fc.basis}; headroom {snap.headroom_basis}) "
         f"needs {needed} replicas"
     )
+    if capacity_rps < cfg.replica_capacity_rps:
+        why += (
+            f" at {capacity_rps:.3g} rps each (adapter slot loads "
+            f"{1000 * snap.adapter_miss_s_per_request:.0f} ms/request derate "
+            f"{cfg.replica_capacity_rps:.3g})"
+        )
     emergency = _emergency_need(snap, cfg)
     panic_until = state.panic_until_s
     if emergency is not None:
@@ -248,7 +273,12 @@ def decide(
         emergency=emergency is not None,
         lead_s=lead,
         needed_replicas=needed if emergency is None else emergency[0],
-        details={"planned_rps": planned_rps, "base_rps": base_rps, "headroom": headroom},
+        details={
+            "planned_rps": planned_rps,
+            "base_rps": base_rps,
+            "headroom": headroom,
+            "capacity_rps": capacity_rps,
+        },
     )
     new_state = replace(state, recent=recent, panic_until_s=panic_until, cold_target=target)
     return decision, new_state

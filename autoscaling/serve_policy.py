@@ -34,6 +34,7 @@ from typing import Any
 
 from autoscaling.live_tick import PoolView
 from autoscaling.policy_runtime import PolicyRuntime
+from autoscaling.signals import adapter_miss_s_per_request
 from serving.config import AppConfig
 from serving.llm.autoscaling_stats import IngressStats, ReplicaStats, config_crc
 
@@ -91,6 +92,9 @@ def read_view(contexts_by_name: dict[str, Any], now_s: float) -> PoolView:
         cold_target=int(cold.target_num_replicas),
         queue_depth=sum(r.num_waiting for r in replicas),
         queue_wait_s=max((r.queue_wait_p99_s for r in replicas), default=0.0),
+        adapter_miss_s_per_request=adapter_miss_s_per_request(
+            (r.window_requests, r.lora_load_s) for r in replicas
+        ),
     )
 
 

@@ -33,6 +33,7 @@ class PoolSignals:
     queue_wait_s: float  # worst replica p99 queue wait
     num_reporting: dict[str, int]  # replicas with a fresh report, per pool
     kv_use_fraction: float  # mean over reporting replicas (0 when none)
+    adapter_miss_s_per_request: float = 0.0  # adapter_miss_s_per_request over them
 
 
 class ReportBook:
@@ -57,7 +58,21 @@ class ReportBook:
             queue_wait_s=max((r.queue_wait_p99_s for r in fresh), default=0.0),
             num_reporting=counts,
             kv_use_fraction=_mean(r.kv_use_fraction for r in fresh),
+            adapter_miss_s_per_request=adapter_miss_s_per_request(
+                (r.window_requests, r.lora_load_s) for r in fresh
+            ),
         )
+
+
+def adapter_miss_s_per_request(windows: Iterable[tuple[int, float]]) -> float:
+    """LoRA slot-load seconds per request over the replicas' last windows ((requests, load
+    seconds) each): the pool's mean, each replica weighted by its traffic. Base-model requests
+    count (they wait through a load like the others); 0 when no request was served."""
+    num_requests = load_s = 0.0
+    for num, seconds in windows:
+        num_requests += num
+        load_s += seconds
+    return load_s / num_requests if num_requests > 0 else 0.0
 
 
 def _mean(values: Iterable[float]) -> float:

@@ -76,8 +76,15 @@ def format_status(app: str, path: str, decisions: list[dict[str, Any]]) -> str:
         f"forecast      {fc['rate_at_lead_rps']:.2f} rps at +{last['lead_s']:.0f} s, "
         f"peak {fc['peak_rps']:.2f} rps ({fc['basis']})",
         f"running       hot {last.get('hot_running')}, cold {last.get('cold_running')}",
-        "last reasons:",
     ]
+    capacity = last.get("capacity_rps")
+    if capacity is not None:  # records before the capacity model was stored have none
+        miss_ms = 1000 * (last.get("adapter_miss_s_per_request") or 0.0)
+        lines.append(
+            f"capacity      {capacity:.3g} rps per replica planned with "
+            f"(adapter slot loads {miss_ms:.0f} ms/request)"
+        )
+    lines.append("last reasons:")
     lines += [f"  - {d['reason']}" for d in decisions[-5:]]
     lines.append(f"history       {path}")
     return "\n".join(lines)

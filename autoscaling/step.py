@@ -45,6 +45,8 @@ class Observed:
     # a rate counted over the last interval and reported late belongs to that interval, and
     # stamping it "now" compares a ramp's old rate with the profile of its new level
     rate_at_s: float | None = None
+    # engine seconds of LoRA slot loads per admitted request (the replicas' last windows)
+    adapter_miss_s_per_request: float = 0.0
 
 
 def tick(
@@ -60,7 +62,10 @@ def tick(
     learner.observe(seen_at_s, obs.rate_rps)
     ready = obs.hot_ready + obs.cold_ready
     rate = obs.rate_rps or 0.0
-    distress = in_distress(obs.queue_wait_s, obs.queue_depth, ready, cfg, obs.refused_rps, rate)
+    miss_s = obs.adapter_miss_s_per_request
+    distress = in_distress(
+        obs.queue_wait_s, obs.queue_depth, ready, cfg, obs.refused_rps, rate, miss_s
+    )
     learner.feedback_on(now_s, obs.rate_rps, distress)
     lead = lead_s_for(cfg, obs.cold_start_p95_s, obs.lead_override_s)
     fc = forecaster.predict(now_s, lead, cfg.horizon_s)
@@ -79,6 +84,7 @@ def tick(
         headroom=head.factor,
         headroom_basis=head.basis,
         offline_cold_replicas=obs.offline_cold_replicas,
+        adapter_miss_s_per_request=miss_s,
     )
     decision, state = decide(snap, state, cfg, now_s)
     learner.expect(now_s + lead, now_s + lead + cfg.horizon_s, decision.details["base_rps"])

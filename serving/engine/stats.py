@@ -37,6 +37,7 @@ class EngineStats:
     num_lora_hits: int = 0
     num_lora_loads: int = 0
     num_lora_evictions: int = 0
+    lora_load_s: float = 0.0  # seconds the engine spent writing adapters into slots, ever
     lora_slots_total: int = 0
     lora_in_slots: tuple[str, ...] = ()  # adapters holding a slot now, sorted
 
@@ -177,6 +178,7 @@ def _lora_counts(adapters) -> dict:
         "num_lora_hits": slots.num_hits,
         "num_lora_loads": slots.num_loads,
         "num_lora_evictions": slots.num_evictions,
+        "lora_load_s": adapters.load_s_total,
         "lora_slots_total": slots.num_slots,
         "lora_in_slots": tuple(sorted(dict(slots.slot_of))),  # dict(): a copy in one C call
     }

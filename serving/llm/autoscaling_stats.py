@@ -56,6 +56,11 @@ class ReplicaStats(MetricsMessage):
     num_running: int = 0
     queue_wait_p99_s: float = 0.0  # over the replica's recent admissions
     kv_use_fraction: float = 0.0
+    # over the replica's last closed step window (serving/llm/monitor.py): requests that got
+    # their first token, and the engine seconds LoRA slot loads took; the policy derates
+    # capacity by the loads' seconds per request
+    window_requests: int = 0
+    lora_load_s: float = 0.0
 
 
 def config_crc(app_config_dict: dict[str, Any]) -> int:

@@ -177,22 +177,30 @@ class ReplicaReport:
     num_running: int = 0
     queue_wait_p99_s: float = 0.0
     kv_use_fraction: float = 0.0
+    # over the replica's last closed step window: requests that got their first token, and the
+    # engine seconds LoRA slot loads took (the autoscaler's capacity model charges them per
+    # request, autoscaling/policy.py)
+    window_requests: int = 0
+    lora_load_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
 class LoraCounts:
     """A replica's LoRA slot traffic: adapter requests admitted, of which `loads` found their
-    adapter in no slot (and `evictions` of those first evicted another adapter)."""
+    adapter in no slot (and `evictions` of those first evicted another adapter); `load_s` is
+    the engine time those loads took (the steps waited for them)."""
 
     admissions: int = 0
     loads: int = 0
     evictions: int = 0
+    load_s: float = 0.0
 
     def minus(self, earlier: LoraCounts) -> LoraCounts:
         return LoraCounts(
             self.admissions - earlier.admissions,
             self.loads - earlier.loads,
             self.evictions - earlier.evictions,
+            self.load_s - earlier.load_s,
         )
 
     @property

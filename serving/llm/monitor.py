@@ -71,6 +71,11 @@ class ReplicaMonitor:
             self._next_gpu_s = now + GPU_SAMPLE_S
             self.gpus = tuple(self.metrics.update_gpus())
 
+    @property
+    def window_requests(self) -> int:
+        """Requests that got their first token in the last closed window (0 before one)."""
+        return 0 if self.last_window is None else self.last_window.num_first_tokens
+
     def reading(self, pool: str, replica_id: str, fingerprint: str) -> ReplicaReading:
         engine, cfg = self.engine, self.engine.config
         stats = engine.stats()
@@ -110,7 +115,10 @@ class ReplicaMonitor:
 def lora_counts(stats) -> LoraCounts:
     """An engine snapshot's LoRA slot counters (each admission is a hit or a load)."""
     return LoraCounts(
-        stats.num_lora_hits + stats.num_lora_loads, stats.num_lora_loads, stats.num_lora_evictions
+        stats.num_lora_hits + stats.num_lora_loads,
+        stats.num_lora_loads,
+        stats.num_lora_evictions,
+        stats.lora_load_s,
     )
 
 

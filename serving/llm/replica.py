@@ -157,6 +157,8 @@ class ModelReplica:
             num_running=stats.num_running,
             queue_wait_p99_s=stats.queue_wait_p99_s,
             kv_use_fraction=stats.kv_use_fraction,
+            window_requests=self.monitor.window_requests,
+            lora_load_s=self.monitor.lora_window.load_s,
         ).to_metrics()
 
     def record_routing_stats(self) -> dict:
@@ -174,6 +176,8 @@ class ModelReplica:
                     num_running=stats.num_running,
                     queue_wait_p99_s=stats.queue_wait_p99_s,
                     kv_use_fraction=stats.kv_use_fraction,
+                    window_requests=self.monitor.window_requests,
+                    lora_load_s=self.monitor.lora_window.load_s,
                 )
             )
         routing = routing_stats_from_engine(stats, queued_tokens=self._queued_tokens())

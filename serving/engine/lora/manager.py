@@ -13,6 +13,7 @@ Registration and removal run on the torch thread (LLMEngine hops there), between
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -106,6 +107,9 @@ class LoraManager:
         self.pool = SlotPool(max_loras)
         self.adapters: dict[str, LoraAdapter] = {}
         self._pinned: dict[str, str] = {}  # request id -> adapter it pins
+        # seconds spent writing adapters into slots (the step waits for them), ever: the cost
+        # of slot misses the autoscaler's capacity model charges to each request
+        self.load_s_total = 0.0
 
     # ----- registration (torch thread, between steps) ------------------------------------
     def add(self, name: str, path: str | Path) -> LoraAdapter:
@@ -146,7 +150,9 @@ class LoraManager:
         assert not isinstance(plan, AllPinned), "can_pin approved a full pool"
         slot = self.pool.commit(name, plan)
         if isinstance(plan, Load):
+            start_s = time.perf_counter()
             self._write_slot(slot, self.adapters[name])
+            self.load_s_total += time.perf_counter() - start_s
         self.pool.pin(name)
         self._pinned[seq.request_id] = name
 

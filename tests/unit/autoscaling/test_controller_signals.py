@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaling.signals import ModelClock, RateMeter, ReportBook, lead_override_s
+from autoscaling.signals import (
+    ModelClock,
+    RateMeter,
+    ReportBook,
+    adapter_miss_s_per_request,
+    lead_override_s,
+)
 from autoscaling.status_cli import format_status
 from serving.config import AppConfig
 from serving.llm.messages import ReplicaReport
@@ -31,6 +37,20 @@ def test_queue_signals_sum_depth_and_take_the_worst_wait_over_fresh_reports():
     assert signals.queue_wait_s == 0.9
     assert signals.num_reporting == {"hot": 1, "cold": 1}
     assert book.signals(now_s=200.0, max_age_s=10.0).queue_depth == 0  # all stale now
+
+
+def test_adapter_load_seconds_per_request_weigh_each_replica_by_its_traffic():
+    # each replica: requests served in its last window, and the slot-load seconds in it
+    busy = ReplicaReport("hot", "a", window_requests=90, lora_load_s=0.9)
+    quiet = ReplicaReport("cold", "b", window_requests=10, lora_load_s=0.6)
+    idle = ReplicaReport("cold", "c")
+    reports = ReportBook()
+    for r in (busy, quiet, idle):
+        reports.record(r, t_s=0.0)
+    # (0.9 + 0.6) s over 100 requests; the mean of the two replicas' ratios would say 35 ms
+    assert reports.signals(1.0, 10.0).adapter_miss_s_per_request == pytest.approx(0.015)
+    assert adapter_miss_s_per_request([(0, 0.3)]) == 0.0  # loads with no request served
+    assert ReportBook().signals(0.0, 10.0).adapter_miss_s_per_request == 0.0
 
 
 def test_a_newer_report_replaces_the_replicas_last_one():
@@ -111,6 +131,10 @@ def test_status_text_shows_forecast_targets_and_reasons(tmp_path, capsys):
         "policy": {"cold_start_p95_s": 41.5, "cold_start_samples_s": [30.0, 41.5]},
     }
     text = format_status("tideserve", "h.json", [decision])
+    assert "capacity " not in text  # a record from before the capacity model
+    derated = {**decision, "capacity_rps": 4 / 3, "adapter_miss_s_per_request": 0.25}
+    line = "capacity      1.33 rps per replica planned with (adapter slot loads 250 ms/request)"
+    assert line in format_status("tideserve", "h.json", [derated])
     assert "model time    2022-01-08 11:00 UTC" in text
     assert "peak 31.00 rps (daily profile)" in text
     assert "hot 1, cold 2" in text and "p95 41.5 s over 2 samples" in text

@@ -11,6 +11,8 @@ from autoscaling.policy import (
     PolicyState,
     Snapshot,
     decide,
+    effective_capacity_rps,
+    in_distress,
     lead_s_for,
 )
 from serving.config import AppConfig
@@ -74,6 +76,28 @@ def test_learned_headroom_multiplies_the_forecast():
     (lower,) = run([(0.0, snap(40.0, headroom=0.8))])  # the forecast over-predicts: 32 rps
     assert (d.cold_target, lower.cold_target) == (3, 2)
     assert d.details["headroom"] == 1.25
+
+
+def test_adapter_slot_loads_derate_each_replicas_capacity():
+    # 10 rps per replica, 20 ms of slot loads per request: 1 / (0.1 + 0.02) = 8.33 rps
+    assert effective_capacity_rps(10.0, 0.02) == pytest.approx(1 / 0.12)
+    assert effective_capacity_rps(10.0, 0.0) == 10.0
+    (plain,) = run([(0.0, snap(55.0))])
+    (loaded,) = run([(0.0, snap(55.0, adapter_miss_s_per_request=0.02))])
+    assert plain.needed_replicas == 6 and loaded.needed_replicas == 7  # 55 / 8.33 = 6.6
+    assert loaded.details["capacity_rps"] == pytest.approx(1 / 0.12)
+    assert "adapter slot loads 20 ms/request derate 10" in loaded.reason
+    assert "derate" not in plain.reason
+
+
+def test_adapter_slot_loads_shorten_the_queue_the_emergency_tolerates():
+    # 9 waiting on 2 replicas: 0.45 s of capacity at 10 rps each (under half the 1 s SLO),
+    # 0.54 s once 20 ms per request go to slot loads (8.33 rps each)
+    assert not in_distress(0.0, 9, 2, CFG)
+    assert in_distress(0.0, 9, 2, CFG, miss_s_per_request=0.02)
+    (calm,) = run([(0.0, snap(10.0, queue_depth=9))])
+    (loaded,) = run([(0.0, snap(10.0, queue_depth=9, adapter_miss_s_per_request=0.02))])
+    assert not calm.emergency and loaded.emergency
 
 
 def test_without_learned_headroom_the_r6_safety_factor_applies():

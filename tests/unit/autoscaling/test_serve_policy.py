@@ -54,13 +54,27 @@ class Day:
         self.cold_target = 0
 
     def contexts(
-        self, now_s, rate_rps=1.0, waiting=0, offline=0, crc=None, dt_s=10.0, refused_rps=0.0
+        self,
+        now_s,
+        rate_rps=1.0,
+        waiting=0,
+        offline=0,
+        crc=None,
+        dt_s=10.0,
+        refused_rps=0.0,
+        lora_load_s_per_request=0.0,
     ):
         self.num_requests += int(rate_rps * dt_s)
         self.num_refused += int(refused_rps * dt_s)
         crc = self.crc if crc is None else crc
         ingress = IngressStats(self.num_requests, offline, crc, self.num_refused)
-        hot = ReplicaStats(num_waiting=waiting, num_running=1)
+        served = 50  # requests that got a first token in the replica's last window
+        hot = ReplicaStats(
+            num_waiting=waiting,
+            num_running=1,
+            window_requests=served,
+            lora_load_s=lora_load_s_per_request * served,
+        )
         return {
             "ingress-id": ctx("ingress", 1, 1, now_s, {"i0": ingress.to_metrics()}),
             "hot-id": ctx("hot", 1, 1, now_s, {"h0": hot.to_metrics()}),
@@ -89,6 +103,21 @@ def test_rate_sets_the_cold_target_and_the_batch_lanes_ask_is_a_floor(tmp_path):
     assert run(policy, day, T0 + 450, 2, rate_rps=0.5, offline=9)[-1] == 3  # within max
     reasons = [d["reason"] for d in load_history(tmp_path / "h.json").decisions]
     assert any("the batch lane asks for 2 cold" in r for r in reasons)
+
+
+def test_adapter_slot_loads_the_replicas_report_derate_the_capacity_planned_with(tmp_path):
+    args = app_args(tmp_path / "h.json")
+    plain, day = ForecastPolicy(app_args=args), Day(args)
+    # 3 rps x 1/0.85 at 2 rps per replica: 2 replicas, 1 hot + 1 cold
+    assert run(plain, day, T0, 3, rate_rps=3.0)[-1] == 1
+    loaded_args = app_args(tmp_path / "h2.json")
+    loaded, day2 = ForecastPolicy(app_args=loaded_args), Day(loaded_args)
+    # 0.25 s of slot loads per request: 1 / (1/2 + 0.25) = 1.33 rps each -> 3 replicas
+    assert run(loaded, day2, T0, 3, rate_rps=3.0, lora_load_s_per_request=0.25)[-1] == 2
+    last = load_history(tmp_path / "h2.json").decisions[-1]
+    assert last["capacity_rps"] == pytest.approx(4 / 3)
+    assert last["adapter_miss_s_per_request"] == pytest.approx(0.25)
+    assert "adapter slot loads 250 ms/request derate 2" in last["reason"]
 
 
 def test_a_queue_the_forecast_missed_triggers_the_emergency_path(tmp_path):
@@ -147,3 +176,5 @@ def test_stats_round_trip_through_serves_float_metrics():
     assert IngressStats.from_metrics(stats.to_metrics()) == stats
     assert all(isinstance(v, float) for v in stats.to_metrics().values())
     assert ReplicaStats.from_metrics({"num_waiting": 3.0}) == ReplicaStats(num_waiting=3)
+    replica = ReplicaStats(num_waiting=1, window_requests=40, lora_load_s=0.125)
+    assert ReplicaStats.from_metrics(replica.to_metrics()) == replica

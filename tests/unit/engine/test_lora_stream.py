@@ -63,6 +63,10 @@ def test_stats_count_hits_loads_and_evictions_of_the_slots(paths):
     stats = engine.stats()
     assert (stats.num_lora_hits, stats.num_lora_loads, stats.num_lora_evictions) == (1, 3, 2)
     assert stats.lora_in_slots == ("a",)
+    load_s = stats.lora_load_s  # the three slot writes, timed
+    assert load_s > 0
+    streamed(engine, "a")  # a hit writes nothing
+    assert engine.stats().lora_load_s == load_s
 
 
 def test_an_unregistered_adapter_is_refused_naming_the_loaded_ones(paths):

@@ -47,6 +47,21 @@ def test_monitor_tunes_rotates_its_window_and_reads(tokenizer, clock):
     assert reading.gpus == ()  # num_gpus 0: NVML is never asked
 
 
+def test_window_requests_count_the_first_tokens_of_the_last_closed_window(tokenizer, clock):
+    engine = _engine(tokenizer, clock)
+    monitor = mon.ReplicaMonitor(engine, AppConfig.from_args({}), fake_metrics()[0], clock())
+    assert monitor.window_requests == 0  # no window closed yet
+    for _ in range(3):
+        engine.add_request([5, 6, 7], SamplingParams(max_tokens=2, temperature=0))
+    while engine.has_unfinished():
+        clock.advance(0.1)
+        engine.step()
+    clock.advance(mon.WINDOW_S)
+    monitor.tick(clock())
+    assert monitor.window_requests == 3  # the per-request basis of the adapter-load cost
+    assert monitor.lora_window.load_s == 0.0  # an engine without adapters loads none
+
+
 def test_no_tuner_unless_configured(tokenizer, clock):
     engine = _engine(tokenizer, clock)
     monitor = mon.ReplicaMonitor(engine, AppConfig.from_args({}), fake_metrics()[0], clock())
