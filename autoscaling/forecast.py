@@ -186,6 +186,22 @@ class Forecaster:
             return None
         return max(self._sums[0], 0.0) / len(self._recent)
 
+    def trend_rps(self, now_s: float, window_s: float, ahead_s: float) -> float | None:
+        """The least-squares line through the rates observed over the last `window_s`, read
+        `ahead_s` past now when it rises (a ramp under way continues over the cold start) and at
+        now when it falls; None with fewer than 3 observations in the window. Only the last
+        level window is kept, so `window_s` past it sees no more."""
+        pts = [(t, r) for t, r, _ in self._recent if t >= now_s - window_s]
+        if len(pts) < 3:
+            return None
+        n = len(pts)
+        mt = sum(t for t, _ in pts) / n
+        mr = sum(r for _, r in pts) / n
+        var = sum((t - mt) ** 2 for t, _ in pts)
+        slope = sum((t - mt) * (r - mr) for t, r in pts) / var if var > 0 else 0.0
+        at_s = now_s + (ahead_s if slope > 0 else 0.0)
+        return max(mr + slope * (at_s - mt), 0.0)
+
     def _level_ratio(self) -> float:
         """Observed / profile over the level window. The profile of each observation is the one
         in force when it arrived (kept with it), so this costs O(1) per call."""

@@ -2,7 +2,9 @@
 
 The hot pool is constant (R5/R9). The cold pool follows the forecast:
 
-    base     = max(forecast peak over [now, now + lead + horizon], rate seen now)
+    base     = max(forecast peak over [now, now + lead + horizon], rate seen now,
+                   the recent trend: the observed rates' line over `trend_window_s`, read at
+                   now + lead when it rises; a ramp the profile did not foresee)
     needed   = ceil(base x headroom / capacity)
     capacity = replica_capacity_rps, derated by adapter slot loads: 1 / (1/c + m), m the
                measured load seconds per request (a step waits while an adapter is written)
@@ -70,6 +72,8 @@ class Snapshot:
     offline_cold_replicas: int = 0
     # engine seconds of LoRA slot loads per admitted request, over the replicas' last windows
     adapter_miss_s_per_request: float = 0.0
+    # the observed rates' recent line at now + lead when rising (cfg.trend_window_s); None: off
+    trend_rps: float | None = None
 
     @property
     def cold_current(self) -> int:
@@ -233,7 +237,7 @@ def decide(
     headroom = 1.0 / cfg.target_utilization if snap.headroom is None else snap.headroom
     # the plan's base: the forecast peak, and never below the rate seen this tick (a step up the
     # level window has not caught yet); the headroom learned for this base multiplies it
-    base_rps = max(fc.peak_rps, snap.rate_rps)
+    base_rps = max(fc.peak_rps, snap.rate_rps, snap.trend_rps or 0.0)
     planned_rps = base_rps * headroom
     capacity_rps = effective_capacity_rps(cfg.replica_capacity_rps, snap.adapter_miss_s_per_request)
     needed = math.ceil(planned_rps / capacity_rps - 1e-9)
@@ -243,6 +247,8 @@ def decide(
         f"{lead:.0f}+{cfg.horizon_s:.0f} s ({fc.basis}; headroom {snap.headroom_basis}) "
         f"needs {needed} replicas"
     )
+    if snap.trend_rps is not None and snap.trend_rps > max(fc.peak_rps, snap.rate_rps):
+        why += f" (the recent trend {snap.trend_rps:.0f} rps is above the forecast)"
     if capacity_rps < cfg.replica_capacity_rps:
         why += (
             f" at {capacity_rps:.3g} rps each (adapter slot loads "

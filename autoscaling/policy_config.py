@@ -31,6 +31,11 @@ FIT_ON: dict[str, str] = {
     "ForecastConfig.profile_weight": "all 14 days of both shared traces (forecast accuracy)",
     "ReplaySettings.hot_quantile": f"{_TEST_DAYS}, seeds 0-2, held-mean replay",
     "PolicyConfig.stabilization_window_s": f"m-small's days 8-14 ({_TEST_DAYS})",
+    "PolicyConfig.trend_window_s": (
+        "validation splits only: the four shapes' rolling origins and the shared traces' "
+        "training week (train 1-5, judge 6-7), seed 0, interpolated replay; 120/180/300 s "
+        "and off compared, 180 s cheapest with T1 on all ten"
+    ),
     "PolicyConfig.target_utilization": "not fit: R6's safety factor (0.7-0.85)",
     "PolicyConfig.panic_queue_fraction": "not fit: half the TTFT SLO",
     "PolicyConfig.panic_hold_s": "not fit: Knative's 60 s panic window",
@@ -51,6 +56,10 @@ class PolicyConfig:
     lead_s: float = 900.0  # lead when no cold start was measured and no window override applies
     cold_start_margin_s: float = 60.0  # added to the measured p95 cold start
     horizon_s: float = 60.0  # also cover the forecast this long past the lead
+    # > 0: the plan's base is also at least the observed rates' least-squares line over this
+    # window, extended over the lead when it rises (forecast.Forecaster.trend_rps); 0: off.
+    # Chosen on the validation splits (benchmarks/results/autoscaling_validation_trend.json)
+    trend_window_s: float = 180.0
     # scale-down = max recommendation over this window; short, because the learned headroom
     # already covers the forecast's errors over the cold start (a long hold pays twice)
     stabilization_window_s: float = 120.0
@@ -78,7 +87,13 @@ class PolicyConfig:
         check_range(o, "panic_refused_share", self.panic_refused_share, 0.0, 1.0)
         for name in ("ttft_slo_s", "panic_drain_s"):
             check_range(o, name, getattr(self, name), 0.0, 86400.0, lo_open=True)
-        for name in ("lead_s", "cold_start_margin_s", "horizon_s", "stabilization_window_s"):
+        for name in (
+            "lead_s",
+            "cold_start_margin_s",
+            "horizon_s",
+            "stabilization_window_s",
+            "trend_window_s",
+        ):
             check_range(o, name, getattr(self, name), 0.0, 7 * 86400.0)
         check_range(o, "panic_hold_s", self.panic_hold_s, 0.0, 86400.0)
         for name in ("replica_capacity_rps", "ttft_slo_s"):

@@ -70,6 +70,7 @@ def tick(
     lead = lead_s_for(cfg, obs.cold_start_p95_s, obs.lead_override_s)
     fc = forecaster.predict(now_s, lead, cfg.horizon_s)
     head = learner.headroom(now_s + lead)
+    trend = forecaster.trend_rps(now_s, cfg.trend_window_s, lead) if cfg.trend_window_s else None
     snap = Snapshot(
         hot_replicas=obs.hot_ready,
         cold_ready=obs.cold_ready,
@@ -85,6 +86,7 @@ def tick(
         headroom_basis=head.basis,
         offline_cold_replicas=obs.offline_cold_replicas,
         adapter_miss_s_per_request=miss_s,
+        trend_rps=trend,
     )
     decision, state = decide(snap, state, cfg, now_s)
     learner.expect(now_s + lead, now_s + lead + cfg.horizon_s, decision.details["base_rps"])

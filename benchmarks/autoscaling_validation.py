@@ -42,9 +42,26 @@ POLICIES = ("tideserve", "reactive", "knative", "oracle")
 # name -> (HeadroomConfig overrides, PolicyConfig overrides, hot quantile or None: the default)
 CANDIDATES: dict[str, tuple[dict, dict, float | None]] = {
     "defaults": ({}, {}, None),
+    "no_trend": ({}, {"trend_window_s": 0.0}, None),
     "feedback_gain_3e-4": ({"feedback_gain_per_s": 3e-4}, {}, None),
     "stabilization_300s": ({}, {"stabilization_window_s": 300.0}, None),
     "volatility_classes_1": ({"num_volatility_classes": 1}, {}, None),
+    "trend_300s": ({}, {"trend_window_s": 300.0}, None),
+    "trend_600s": ({}, {"trend_window_s": 600.0}, None),
+    "trend_180s": ({}, {"trend_window_s": 180.0}, None),
+    "trend_120s": ({}, {"trend_window_s": 120.0}, None),
+    "trend_60s": ({}, {"trend_window_s": 60.0}, None),
+    "trend_180s_quantile_0.99": ({"quantile": 0.99}, {"trend_window_s": 180.0}, None),
+    "trend_180s_quantile_0.98": ({"quantile": 0.98}, {"trend_window_s": 180.0}, None),
+    "trend_300s_stabilization_60s": (
+        {},
+        {"trend_window_s": 300.0, "stabilization_window_s": 60.0},
+        None,
+    ),
+    "trend_300s_horizon_0": ({}, {"trend_window_s": 300.0, "horizon_s": 0.0}, None),
+    # a second point on each frontier: the same policy at a lower headroom quantile
+    "quantile_0.99": ({"quantile": 0.99}, {}, None),
+    "trend_300s_quantile_0.99": ({"quantile": 0.99}, {"trend_window_s": 300.0}, None),
 }
 
 
@@ -92,9 +109,13 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=1, help="replays in parallel (processes)")
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES))
+    ap.add_argument(
+        "--shared-only", action="store_true", help="only the shared traces' training-week splits"
+    )
     args = ap.parse_args()
     t0 = time.perf_counter()
     names = list(shapes())[:2] if args.quick else list(shapes())
+    names = [] if args.shared_only else names
     splits = validation_splits(names, () if args.quick else ("m-small", "m-large"))
     seeds = 1 if args.quick else args.seeds
     tasks = [(c, sp, k) for c in args.candidates for sp in splits for k in range(seeds)]
@@ -123,6 +144,7 @@ def main() -> int:
         }
         print(c, summary[c])
     out = {"benchmark": "autoscaling_validation", "quick": args.quick, "seeds": seeds}
+    out["shared_only"] = args.shared_only
     out["splits"] = [sp.label for sp in splits]
     out["candidates"] = {c: [repr(x) for x in CANDIDATES[c]] for c in args.candidates}
     out["summary"], out["rows"] = summary, rows

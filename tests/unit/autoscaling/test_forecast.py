@@ -142,3 +142,19 @@ def test_forecast_is_frozen():
     fc = Forecast(1.0, 2.0, "x")
     with pytest.raises(AttributeError):
         fc.peak_rps = 3.0  # type: ignore[misc]
+
+
+def test_the_recent_trend_extends_a_rising_line_over_the_lead_and_holds_a_falling_one():
+    rising, falling = Forecaster(), Forecaster()
+    for i in range(30):  # a tick every 10 s for 5 minutes
+        rising.observe(10.0 * i, 100.0 + 0.5 * i)  # +0.05 rps per second
+        falling.observe(10.0 * i, 100.0 - 0.5 * i)
+    now = 290.0
+    # the line through the last 180 s is at 114.5 rps now; 180 s ahead, +9 rps
+    assert rising.trend_rps(now, 180.0, 180.0) == pytest.approx(123.5)
+    assert falling.trend_rps(now, 180.0, 180.0) == pytest.approx(85.5)  # now, not ahead
+    assert Forecaster().trend_rps(now, 180.0, 180.0) is None  # nothing observed
+    few = Forecaster()
+    few.observe(0.0, 1.0)
+    few.observe(10.0, 2.0)
+    assert few.trend_rps(10.0, 180.0, 180.0) is None  # two points make no trend

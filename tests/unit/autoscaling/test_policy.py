@@ -78,6 +78,16 @@ def test_learned_headroom_multiplies_the_forecast():
     assert d.details["headroom"] == 1.25
 
 
+def test_a_rising_trend_above_the_forecast_raises_the_plans_base():
+    (plain,) = run([(0.0, snap(40.0, rate_rps=40.0))])
+    (rising,) = run([(0.0, snap(40.0, rate_rps=40.0, trend_rps=52.0))])
+    (below,) = run([(0.0, snap(40.0, rate_rps=40.0, trend_rps=30.0))])
+    assert (plain.needed_replicas, rising.needed_replicas, below.needed_replicas) == (4, 6, 4)
+    assert rising.details["base_rps"] == 52.0
+    assert "the recent trend 52 rps is above the forecast" in rising.reason
+    assert "trend" not in below.reason
+
+
 def test_adapter_slot_loads_derate_each_replicas_capacity():
     # 10 rps per replica, 20 ms of slot loads per request: 1 / (0.1 + 0.02) = 8.33 rps
     assert effective_capacity_rps(10.0, 0.02) == pytest.approx(1 / 0.12)
