@@ -43,6 +43,8 @@ POLICIES = ("tideserve", "reactive", "knative", "oracle")
 CANDIDATES: dict[str, tuple[dict, dict, float | None]] = {
     "defaults": ({}, {}, None),
     "no_trend": ({}, {"trend_window_s": 0.0}, None),
+    "hot_quantile_0.01": ({}, {}, 0.01),
+    "hot_quantile_0": ({}, {}, 0.0),
     "feedback_gain_3e-4": ({"feedback_gain_per_s": 3e-4}, {}, None),
     "stabilization_300s": ({}, {"stabilization_window_s": 300.0}, None),
     "volatility_classes_1": ({"num_volatility_classes": 1}, {}, None),
