@@ -7,7 +7,9 @@ process, at the default dtype (`dtype: auto` on this machine), the same chat pro
 Every request generates exactly --max-tokens tokens (EOS ignored by both), greedily; each system
 runs --rounds times (3; 2 with --quick) alternating, and the best round of each is compared (the
 machine is shared: the best round is the least disturbed one). A third system, the engine with
-`cpu_packed_linear: false`, shows what prepacking the CPU linear layers alone is worth.
+`cpu_packed_linear: false`, shows what prepacking the CPU linear layers alone is worth; a fourth,
+the engine with `decode_attention: gather`, what the CPU decode attention kernel is worth
+(serving/engine/cpu_attention.py; the first engine takes `auto`'s choice, recorded).
 `generate_batch` gets the engine's per-step token budget and concurrency. Greedy outputs are
 compared request by request.
 """
@@ -15,6 +17,7 @@ compared request by request.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -99,6 +102,10 @@ def load(args):
     unpacked = LLMEngine.from_pretrained(
         model_dir, EngineConfig(dtype=args.dtype, cpu_packed_linear=False, **ENGINE)
     )
+    # ... and with decode attention through the gather path (copy blocks, then SDPA)
+    gathered = LLMEngine.from_pretrained(
+        model_dir, EngineConfig(dtype=args.dtype, decode_attention="gather", **ENGINE)
+    )
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     # generate_batch gets its own copy: the engine installs its attention function on its model.
     from transformers import AutoModelForCausalLM
@@ -108,26 +115,34 @@ def load(args):
     # peer, nor one of its load ours (serving/engine/torch_thread.py).
     peer = torch_thread.call(AutoModelForCausalLM.from_pretrained, model_dir, dtype=engine.dtype)
     peer.eval()
-    return engine, unpacked, peer, tokenizer
+    return {"engine": engine, "engine_unpacked": unpacked, "engine_gather_attention": gathered}, (
+        peer,
+        tokenizer,
+    )
 
 
-def measure(args, engine, unpacked, peer, prompts) -> tuple[dict, dict]:
-    """Alternating rounds; wall seconds per round and the last outputs of each system."""
+def measure(args, engines: dict, peer, prompts, decode_ms: dict) -> tuple[dict, dict]:
+    """Alternating rounds; wall seconds per round and the last outputs of each system. Each
+    engine's decode-step forward times (ms, every request decoding) go into `decode_ms`: a
+    median over hundreds of steps, steadier on a shared machine than a best wall."""
     warm = [prompts[0][:8]]
-    run_engine(engine, warm, 4)
-    run_engine(unpacked, warm, 4)
+    for engine in engines.values():
+        run_engine(engine, warm, 4)
     run_generate_batch(peer, warm, 4)
-    systems = {
-        "engine": (run_engine, engine),
-        "engine_unpacked": (run_engine, unpacked),
-        "generate_batch": (run_generate_batch, peer),
-    }
+    systems = {name: (run_engine, engine) for name, engine in engines.items()}
+    systems["generate_batch"] = (run_generate_batch, peer)
     walls: dict[str, list[float]] = {name: [] for name in systems}
     outs: dict[str, list] = {}
     for r in range(args.rounds):
         for name, (fn, obj) in systems.items():
+            if name in engines:
+                obj.step_log.clear()
             wall, outs[name] = fn(obj, prompts, args.max_tokens)
             walls[name].append(wall)
+            if name in engines:  # steps where every request decodes one token: the forward alone
+                full = len(prompts)
+                steps_ms = [1e3 * t.forward_s for t in obj.step_log if t.num_tokens == full]
+                decode_ms.setdefault(name, []).extend(steps_ms)
             c.log(f"round {r}: {name} {args.num_requests * args.max_tokens / wall:.1f} tok/s")
     tokens = args.num_requests * args.max_tokens
     for name, o in outs.items():
@@ -143,12 +158,18 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     )
 
 
-def build_report(args, dtype: str, walls: dict, outs: dict) -> dict:
+def build_report(
+    args, dtype: str, walls: dict, outs: dict, decode_attention: str, decode_ms: dict
+) -> dict:
     tokens = args.num_requests * args.max_tokens
+    step_ms = {k: statistics.median(v) for k, v in decode_ms.items() if v}
     tps = {k: tokens / min(v) for k, v in walls.items()}
     same = sum(a == b for a, b in zip(outs["engine"], outs["generate_batch"], strict=True))
     same_unpacked = sum(
         a == b for a, b in zip(outs["engine"], outs["engine_unpacked"], strict=True)
+    )
+    same_gather = sum(
+        a == b for a, b in zip(outs["engine"], outs["engine_gather_attention"], strict=True)
     )
     ratio = tps["engine"] / tps["generate_batch"]
     # In bfloat16 two correct implementations part at the first near tie (see
@@ -181,17 +202,34 @@ def build_report(args, dtype: str, walls: dict, outs: dict) -> dict:
         "greedy_common_prefix_tokens": prefix,
         "ratio_packed_vs_unpacked_linear": tps["engine"] / tps["engine_unpacked"],
         "greedy_outputs_equal_packed_vs_unpacked": f"{same_unpacked}/{args.num_requests}",
+        "engine_decode_attention": decode_attention,
+        "ratio_engine_vs_gather_attention": tps["engine"] / tps["engine_gather_attention"],
+        "decode_step_forward_ms_median": step_ms,
+        "decode_steps_timed": {k: len(v) for k, v in decode_ms.items()},
+        "ratio_decode_forward_engine_over_gather_attention": (
+            step_ms["engine"] / step_ms["engine_gather_attention"]
+        ),
+        "greedy_outputs_equal_engine_vs_gather_attention": f"{same_gather}/{args.num_requests}",
     }
 
 
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
-    engine, unpacked, peer, tokenizer = load(args)
+    engines, (peer, tokenizer) = load(args)
     prompts = encode(tokenizer, chat_prompts(args.num_requests))
-    walls, outs = measure(args, engine, unpacked, peer, prompts)
-    report = build_report(args, str(engine.dtype).removeprefix("torch."), walls, outs)
-    keys = ("tokens_per_s", "ratio_engine_vs_generate_batch", "ratio_packed_vs_unpacked_linear")
+    decode_ms: dict[str, list[float]] = {}
+    walls, outs = measure(args, engines, peer, prompts, decode_ms)
+    engine = engines["engine"]
+    dtype = str(engine.dtype).removeprefix("torch.")
+    report = build_report(args, dtype, walls, outs, engine.runner.decode_attention, decode_ms)
+    keys = (
+        "tokens_per_s",
+        "ratio_engine_vs_generate_batch",
+        "ratio_packed_vs_unpacked_linear",
+        "ratio_engine_vs_gather_attention",
+        "ratio_decode_forward_engine_over_gather_attention",
+    )
     print({k: report[k] for k in keys})
     if args.json:
         c.write_json(args.json, report)

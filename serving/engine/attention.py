@@ -5,7 +5,9 @@ sequence, decodes first. Our function receives query/key/value [1, heads, T, hea
 rotary embedding, writes the new K/V into the paged cache, and attends:
 
   rows 0 .. num_decodes-1   one query each; decodes of similar context length form a group,
-                            one SDPA call a group over its gathered blocks (less padding)
+                            one SDPA call a group over its gathered blocks (less padding), or
+                            on CPU the group through serving/engine/cpu_attention.py's kernel,
+                            which reads the blocks in place
   then one segment a prefill  its chunk's queries over its context; causal with an offset
 
 Cache layout, per layer: [2 (K, V), kv_heads, num_blocks, block_size, head_dim].
@@ -27,7 +29,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 
 from capacity.memory import paging_layout
-from serving.engine import flex_decode
+from serving.engine import cpu_attention, flex_decode
 from serving.engine.features import UnsupportedModelError, check_attention_kwargs, model_name
 from serving.engine.kv_cache import GroupedKVCache
 
@@ -50,6 +52,7 @@ class DecodeGroup:
     end: int
     blocks: torch.Tensor  # [(end - start) * blocks_per_seq] padded block tables
     mask: torch.Tensor  # [1, end - start, 1, blocks_per_seq * block_size] bool
+    lens: torch.Tensor | None = None  # [end - start] context lengths (None: from the mask)
 
 
 @dataclass(slots=True)
@@ -63,7 +66,8 @@ class PagedMetadata:
     # Masks derived once per step and shared by the layers that need them (sliding windows).
     derived: dict = field(default_factory=dict)
     # "gather": copy each decode group's blocks, then SDPA; "flex": FlexAttention reads the
-    # cache in place through a block mask (serving/engine/flex_decode.py)
+    # cache in place through a block mask (serving/engine/flex_decode.py); "native": the CPU
+    # kernel reads it in place (serving/engine/cpu_attention.py)
     decode_attention: str = "gather"
 
 
@@ -156,6 +160,16 @@ def _decode(q, cache, group: DecodeGroup, spec: _Spec, paged, blocks) -> torch.T
     """q [H, T, D]; the group's rows, one query per sequence -> [B, H, D]."""
     if paged.decode_attention == "flex" and spec.window is None:
         return _flex(q, cache, group, spec, paged, blocks)
+    if (
+        paged.decode_attention == "native"
+        and spec.window is None
+        and spec.softcap is None
+        and cpu_attention.supports(q, cache)
+    ):
+        rows = group.end - group.start
+        lens = group.lens if group.lens is not None else group.mask.sum(-1).view(-1)
+        qg = q[:, group.start : group.end].transpose(0, 1)  # [B, H, D]
+        return cpu_attention.decode(qg, cache, blocks.view(rows, -1), lens, spec.scale)
     heads, _, dim = q.shape
     b = group.end - group.start
     mask = group.mask

@@ -11,7 +11,7 @@ KVMode = Literal["reserve", "on_demand"]
 KV_MODES = ("reserve", "on_demand")
 RUNNERS = ("auto", "paged", "hf")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
-DECODE_ATTENTION = ("auto", "gather", "flex")
+DECODE_ATTENTION = ("auto", "gather", "flex", "native")
 
 _OWNER = "EngineConfig"
 
@@ -87,9 +87,10 @@ class EngineConfig:
     # (serving/engine/lean_forward.py); false: the model's own forward. Paged runner only.
     lean_forward: bool = True
     # How the paged runner's decode rows read the KV cache. gather: copy each decode group's
-    # blocks, then SDPA (fastest on CPU); flex: FlexAttention reads the cache in place through
-    # a block mask built from the block tables (serving/engine/flex_decode.py); auto: flex on
-    # CUDA when its start-up check against gather passes, gather elsewhere.
+    # blocks, then SDPA; flex: FlexAttention reads the cache in place through a block mask built
+    # from the block tables (serving/engine/flex_decode.py); native: a C kernel built on this
+    # machine reads it in place (CPU, float32 KV; serving/engine/cpu_attention.py); auto: flex
+    # on CUDA and native on CPU when their start-up check against gather passes, else gather.
     decode_attention: str = "auto"
     # Automatic prefix caching (decision 9): computed full KV blocks stay cached after their
     # request ends (evicted least-recently-used when the pool needs them), and a new request

@@ -1,4 +1,6 @@
-"""Decode attention that reads the paged cache in place: FlexAttention over block tables.
+"""Decode attention that reads the paged cache in place: FlexAttention over block tables (GPU),
+and `resolve_decode_attention`, which picks among gather, flex and the CPU kernel
+(serving/engine/cpu_attention.py) for the device at engine start.
 
 The gather path (serving/engine/attention.py) copies every block of a decode group into a
 contiguous [2, kv_heads, B, L, head_dim] tensor, per layer, per step, then runs SDPA. On a GPU
@@ -38,14 +40,17 @@ def flex_available() -> bool:
     return flex_attention is not None
 
 
-def resolve_decode_attention(choice: str, device: torch.device, probe=None) -> str:
-    """`decode_attention` of the engine config -> "flex" or "gather" for this device.
+def resolve_decode_attention(choice: str, device: torch.device, probe=None, native=None) -> str:
+    """`decode_attention` of the engine config -> "flex", "native" or "gather" for this device.
 
-    probe() -> None when flex works here, else why not (`probe_flex` on the engine's shapes).
-    auto takes flex on CUDA only when the probe passes, and says why when it does not; an
-    explicit flex whose probe fails is an error."""
+    probe() / native() -> None when flex / the CPU kernel works here on the engine's shapes,
+    else why not (`probe_flex`, cpu_attention.probe_native). auto takes flex on CUDA and native
+    on CPU only when their check passes, and says why when it does not; an explicit choice
+    whose check fails is an error naming the reason."""
     if choice == "gather":
         return choice
+    if choice == "native" or (choice == "auto" and device.type == "cpu"):
+        return _resolve_native(choice, device, native)
     if not flex_available():
         if choice == "auto":
             return "gather"
@@ -61,6 +66,19 @@ def resolve_decode_attention(choice: str, device: torch.device, probe=None) -> s
     if choice == "flex":
         raise ValueError(f"EngineConfig.decode_attention='flex' does not work here: {failure}")
     log.warning("decode attention: gather (flex failed its check on %s: %s)", device, failure)
+    return "gather"
+
+
+def _resolve_native(choice: str, device: torch.device, native) -> str:
+    if device.type != "cpu":
+        failure = f"it is a CPU kernel and the engine runs on {device.type}"
+    else:
+        failure = "no check given" if native is None else native()
+    if failure is None:
+        return "native"
+    if choice == "native":
+        raise ValueError(f"EngineConfig.decode_attention='native' does not work here: {failure}")
+    log.info("decode attention: gather (the CPU kernel is not used: %s)", failure)
     return "gather"
 
 

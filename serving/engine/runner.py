@@ -14,6 +14,7 @@ import torch
 
 from serving.engine import attention
 from serving.engine.attention import DecodeGroup, PagedMetadata, PrefillSegment
+from serving.engine.cpu_attention import probe_native
 from serving.engine.flex_decode import probe_flex, resolve_decode_attention
 from serving.engine.kv_blocks import BlockPool
 from serving.engine.lean_forward import LeanForward, supports
@@ -114,7 +115,10 @@ class PagedRunner:
         self.block_size = pool.block_size_tokens
         self.device = kv_cache.device
         self.decode_attention = resolve_decode_attention(
-            decode_attention, self.device, lambda: self._probe_flex(model)
+            decode_attention,
+            self.device,
+            lambda: self._probe_flex(model),
+            lambda: self._probe_native(model),
         )
         self.last_forward_s = 0.0
         self.adapters = None  # LoraManager when the engine serves adapters (serving/engine/lora/)
@@ -128,6 +132,12 @@ class PagedRunner:
         heads = model.config.get_text_config().num_attention_heads
         kv_heads, dim = layer.shape[1], layer.shape[-1]
         return probe_flex(self.device, layer.dtype, heads, kv_heads, dim, self.block_size)
+
+    def _probe_native(self, model) -> str | None:
+        layer = self.kv_cache[0]
+        heads = model.config.get_text_config().num_attention_heads
+        kv_heads, dim = layer.shape[1], layer.shape[-1]
+        return probe_native(layer.dtype, heads, kv_heads, dim, self.block_size)
 
     def release(self, request_id: str) -> None:
         pass  # all state is in the block pool, which the scheduler frees
@@ -152,6 +162,7 @@ class PagedRunner:
             end=start + len(seqs),
             blocks=to_device(padded, dev),
             mask=mask.view(1, len(seqs), 1, num_blocks * bs),
+            lens=lens,
         )
 
     def _prefill_segment(self, table: list[int], row: int, c: int, n: int) -> PrefillSegment:
