@@ -55,7 +55,7 @@ def test_shipped_cluster_yaml_loads_with_the_documented_values():
     assert cfg.pools.hot == HotPool(num_replicas=1, resources={})
     assert cfg.pools.cold == ColdPool(min_replicas=0, max_replicas=2, initial_replicas=0)
     # The hot replica holds the 2-core example node; `auto` lays out its threads (decision 10).
-    assert cfg.replica == ReplicaSection(num_cpus=2, torch_threads=2, stream_interval_s=0.1)
+    assert cfg.replica == ReplicaSection(num_cpus=2, torch_threads=2, stream_interval_s=0.3)
     assert cfg.server.api_key_env is None
     assert dict(cfg.tiers) == dict(DEFAULT_TIERS)
     # on by default: the forecast-driven cold pool under Serve's autoscaling policy
