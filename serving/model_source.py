@@ -96,10 +96,16 @@ def embedded_embedding_dir() -> Path:
     return Path(package.get_model_path())
 
 
+def cache_root(cache_dir: str | Path | None = None) -> Path:
+    """tideserve's on-disk cache on this node: `cache_dir`, else $TIDESERVE_CACHE, else
+    ~/.cache/tideserve (converted weights, the CPU kernels built here)."""
+    return Path(cache_dir or os.environ.get("TIDESERVE_CACHE") or "~/.cache/tideserve").expanduser()
+
+
 def embedded_model_dir(cache_dir: str | Path | None = None) -> Path:
     """The embedded GGUF's converted cache dir, converted once (under a file lock) if absent."""
     gguf = embedded_gguf_path()
-    root = Path(cache_dir or os.environ.get("TIDESERVE_CACHE") or "~/.cache/tideserve").expanduser()
+    root = cache_root(cache_dir)
     target = root / f"smollm2-135m-instruct-q4_1-{_fingerprint(gguf)}"
     if (target / "config.json").is_file():
         return target

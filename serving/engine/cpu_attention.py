@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from serving.engine import dtypes
+from serving.model_source import cache_root
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +53,10 @@ def compiler() -> str | None:
     return None
 
 
-def library_path(cache_root: Path, source: bytes, cpu_flags: frozenset[str]) -> Path:
+def library_path(root: Path, source: bytes, cpu_flags: frozenset[str]) -> Path:
     """Where this source, built with CFLAGS for a CPU with these flags, lives in the cache."""
     key = hashlib.sha256(source + " ".join(CFLAGS).encode() + " ".join(sorted(cpu_flags)).encode())
-    return cache_root / "kernels" / f"cpu_attention-{key.hexdigest()[:16]}.so"
+    return root / "kernels" / f"cpu_attention-{key.hexdigest()[:16]}.so"
 
 
 def _build(cc: str, out: Path) -> None:
@@ -80,8 +81,7 @@ def _build(cc: str, out: Path) -> None:
 
 def _load() -> object:
     cc = compiler()
-    root = Path(os.environ.get("TIDESERVE_CACHE") or "~/.cache/tideserve").expanduser()
-    path = library_path(root, SOURCE.read_bytes(), dtypes.read_cpu_flags())
+    path = library_path(cache_root(), SOURCE.read_bytes(), dtypes.read_cpu_flags())
     if not path.exists():
         if cc is None:
             return "no C compiler found ($CC, cc or gcc)"
@@ -102,11 +102,13 @@ def _load() -> object:
 
 
 def kernel() -> tuple[object | None, str | None]:
-    """(the kernel, None) or (None, why not); built or loaded once per process."""
+    """(the kernel, None) or (None, why not); built or loaded once per process. Called per
+    layer per step: once set, the answer is read without taking the lock."""
     global _kernel
-    with _lock:
-        if _kernel is None:
-            _kernel = _load()
+    if _kernel is None:
+        with _lock:
+            if _kernel is None:
+                _kernel = _load()
     return (None, _kernel) if isinstance(_kernel, str) else (_kernel, None)
 
 

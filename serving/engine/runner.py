@@ -127,17 +127,17 @@ class PagedRunner:
         # built after packing and LoRA wrapping, so it calls the modules that serve.
         self.lean = LeanForward(model) if lean_forward and supports(model) else None
 
-    def _probe_flex(self, model) -> str | None:
+    def _attention_shapes(self, model) -> tuple[torch.dtype, int, int, int, int]:
+        """(KV dtype, heads, kv heads, head dim, block size): what a decode path's check runs on."""
         layer = self.kv_cache[0]  # [2, kv_heads, blocks + 1, block_size, head_dim]
         heads = model.config.get_text_config().num_attention_heads
-        kv_heads, dim = layer.shape[1], layer.shape[-1]
-        return probe_flex(self.device, layer.dtype, heads, kv_heads, dim, self.block_size)
+        return layer.dtype, heads, layer.shape[1], layer.shape[-1], self.block_size
+
+    def _probe_flex(self, model) -> str | None:
+        return probe_flex(self.device, *self._attention_shapes(model))
 
     def _probe_native(self, model) -> str | None:
-        layer = self.kv_cache[0]
-        heads = model.config.get_text_config().num_attention_heads
-        kv_heads, dim = layer.shape[1], layer.shape[-1]
-        return probe_native(layer.dtype, heads, kv_heads, dim, self.block_size)
+        return probe_native(*self._attention_shapes(model))
 
     def release(self, request_id: str) -> None:
         pass  # all state is in the block pool, which the scheduler frees
