@@ -12,6 +12,7 @@ KV_MODES = ("reserve", "on_demand")
 RUNNERS = ("auto", "paged", "hf")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 DECODE_ATTENTION = ("auto", "gather", "flex", "native")
+CPU_LINEAR = ("auto", "native", "onednn", "off")
 
 _OWNER = "EngineConfig"
 
@@ -77,11 +78,14 @@ class EngineConfig:
     # auto: paged when the model supports transformers' attention interface.
     runner: str = "auto"
     seed: int = 0  # seeds unseeded sampling (a request's own `seed` still wins)
-    # CPU, float32 (bfloat16 where the CPU has native bf16 units), models with 64 MiB of linear
-    # weights or more: hold those weights in oneDNN's blocked layout, packed once at load, so
-    # small-batch decode matmuls do not re-pack them every step (serving/engine/cpu_linear.py).
-    # Off: plain torch.nn.functional.linear.
-    cpu_packed_linear: bool = True
+    # How CPU linear layers multiply. native: weights packed once at load for a C kernel built
+    # on this machine (float32, AVX2 + FMA; serving/engine/cpu_matmul.py); onednn: packed once
+    # into oneDNN's blocked layout (float32, or bfloat16 where the CPU has native bf16 units;
+    # serving/engine/cpu_linear.py); off: plain torch.nn.functional.linear. auto: native when
+    # its start-up check passes, else onednn where it applies, else off, and only for models
+    # with 64 MiB of linear weights or more (smaller ones stay in the CPU's caches, where
+    # F.linear is as fast). An explicit native or onednn packs any size. CUDA: off.
+    cpu_linear: str = "auto"
     # Llama-family models (llama, mistral, qwen2, qwen3) run through the engine's own lean
     # forward, the same arithmetic without transformers' module plumbing
     # (serving/engine/lean_forward.py); false: the model's own forward. Paged runner only.
@@ -109,6 +113,7 @@ class EngineConfig:
         check_choice(_OWNER, "runner", self.runner, RUNNERS)
         check_choice(_OWNER, "dtype", self.dtype, DTYPES)
         check_choice(_OWNER, "decode_attention", self.decode_attention, DECODE_ATTENTION)
+        check_choice(_OWNER, "cpu_linear", self.cpu_linear, CPU_LINEAR)
         check_range(_OWNER, "seed", self.seed, 0, 2**63 - 1, integer=True)
         check_range(_OWNER, "block_size_tokens", self.block_size_tokens, 1, 1024, integer=True)
         if self.num_kv_blocks is not None:
@@ -146,10 +151,6 @@ class EngineConfig:
         check_range(_OWNER, "on_demand_free_fraction", self.on_demand_free_fraction, 0.0, 0.5)
         if self.max_queue_wait_s is not None:
             check_range(_OWNER, "max_queue_wait_s", self.max_queue_wait_s, 0.0, None, lo_open=True)
-        if not isinstance(self.cpu_packed_linear, bool):
-            raise ValueError(
-                f"{_OWNER}.cpu_packed_linear={self.cpu_packed_linear!r} must be true or false"
-            )
         if not isinstance(self.lean_forward, bool):
             raise ValueError(f"{_OWNER}.lean_forward={self.lean_forward!r} must be true or false")
         if not isinstance(self.prefix_caching, bool):

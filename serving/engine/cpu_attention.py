@@ -7,34 +7,19 @@ one (cpu_attention.c) does the same for float32: per (sequence, kv head) the gro
 score each cached key once, softmax, weighted values; ~2.5x faster than gather + SDPA on one
 layer of that model (benchmarks/engine_embedded.py measures the engine with each path).
 
-Built with the system's C compiler (`$CC`, else cc / gcc) the first time an engine asks, with
--march=native, into the tideserve cache (`$TIDESERVE_CACHE`, default ~/.cache/tideserve) under a
-name hashing the source, the flags and this CPU's feature flags: a later start loads it in
-milliseconds, and a cache shared by different CPUs never loads another's build. No compiler, a
-failed build or a failed start-up check: `decode_attention: auto` keeps the gather path and says
-why in the log; an explicit `native` is an error naming the reason.
-
-Called through ctypes, which releases the GIL for the call: the event loop runs meanwhile.
+Built once per machine with the system's C compiler (serving/engine/native_build.py). No
+compiler, a failed build or a failed start-up check: `decode_attention: auto` keeps the gather
+path and says why in the log; an explicit `native` is an error naming the reason.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import logging
-import os
-import shutil
-import subprocess
-import tempfile
-import threading
 from pathlib import Path
 
 import torch
 
-from serving.engine import dtypes
-from serving.model_source import cache_root
-
-log = logging.getLogger(__name__)
+from serving.engine.native_build import NativeKernel
 
 SOURCE = Path(__file__).with_name("cpu_attention.c")
 CFLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-shared", "-fPIC")
@@ -42,74 +27,20 @@ MAX_GROUP, MAX_DIM, MAX_GROUP_DIM = 64, 512, 8192  # the kernel's fixed buffers 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 _ERRORS = {1: "unsupported head shape", 2: "a length past its block table", 3: "a bad block id"}
 
-_lock = threading.Lock()
-_kernel: object = None  # the ctypes function once built, or the reason it is not (str)
 
-
-def compiler() -> str | None:
-    for name in (os.environ.get("CC"), "cc", "gcc"):
-        if name and shutil.which(name):
-            return shutil.which(name)
-    return None
-
-
-def library_path(root: Path, source: bytes, cpu_flags: frozenset[str]) -> Path:
-    """Where this source, built with CFLAGS for a CPU with these flags, lives in the cache."""
-    key = hashlib.sha256(source + " ".join(CFLAGS).encode() + " ".join(sorted(cpu_flags)).encode())
-    return root / "kernels" / f"cpu_attention-{key.hexdigest()[:16]}.so"
-
-
-def _build(cc: str, out: Path) -> None:
-    """Compile into a temporary file, then rename: replicas starting together never load half a
-    file, and the last to finish wins with the same bytes."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".so.tmp")
-    os.close(fd)
-    try:
-        subprocess.run(
-            [cc, *CFLAGS, "-o", tmp, str(SOURCE), "-lm"],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _load() -> object:
-    cc = compiler()
-    path = library_path(cache_root(), SOURCE.read_bytes(), dtypes.read_cpu_flags())
-    if not path.exists():
-        if cc is None:
-            return "no C compiler found ($CC, cc or gcc)"
-        try:
-            _build(cc, path)
-        except subprocess.CalledProcessError as err:
-            return f"the C compiler failed: {err.stderr.strip()[:300]}"
-        except (OSError, subprocess.TimeoutExpired) as err:
-            return f"the kernel could not be built: {err}"
-        log.info("built the CPU decode attention kernel: %s", path)
-    try:
-        fn = ctypes.CDLL(str(path)).tideserve_paged_decode_f32
-    except (OSError, AttributeError) as err:
-        return f"the kernel did not load: {err}"
+def _bind(lib: ctypes.CDLL):
+    fn = lib.tideserve_paged_decode_f32
     fn.argtypes = [_P] * 7 + [_I] * 7 + [ctypes.c_float]
     fn.restype = ctypes.c_int
     return fn
 
 
+KERNEL = NativeKernel("cpu_attention", SOURCE, CFLAGS, _bind)
+
+
 def kernel() -> tuple[object | None, str | None]:
-    """(the kernel, None) or (None, why not); built or loaded once per process. Called per
-    layer per step: once set, the answer is read without taking the lock."""
-    global _kernel
-    if _kernel is None:
-        with _lock:
-            if _kernel is None:
-                _kernel = _load()
-    return (None, _kernel) if isinstance(_kernel, str) else (_kernel, None)
+    """(the kernel, None) or (None, why not); built or loaded once per process."""
+    return KERNEL.get()
 
 
 def decode(q: torch.Tensor, cache: torch.Tensor, tables: torch.Tensor, lens: torch.Tensor, scale):

@@ -1,5 +1,7 @@
-"""Linear layers with prepacked weights on CPU: oneDNN's blocked layout, packed once at load
-(float32; bfloat16 on CPUs with native bf16 units).
+"""Linear layers with prepacked weights on CPU, and the engine's choice among them
+(`cpu_linear`): this project's own kernel (serving/engine/cpu_matmul.py, float32), oneDNN's
+blocked layout (float32; bfloat16 on CPUs with native bf16 units), or plain F.linear. Packed
+once at load.
 
 Why: a decode step multiplies a few rows (one per running sequence) by every weight matrix.
 `torch.nn.functional.linear` on CPU hands the weight to sgemm in its stored [out, in] layout,
@@ -75,16 +77,66 @@ def can_pack(
     return dtype in PACKED_DTYPES
 
 
-def pack_if_useful(model, enabled: bool, device: torch.device, dtype: torch.dtype) -> int:
-    """The engine's call: pack when the config allows it and the device and dtype gain."""
-    return pack_linears(model) if enabled and can_pack(device, dtype) else 0
+def resolve(choice: str, device: torch.device, dtype: torch.dtype, probe=None, flags=None) -> str:
+    """`cpu_linear` of the engine config -> "native", "onednn" or "off" for this device and
+    dtype. auto: the native kernel on CPU in float32 when its check (`probe`, default
+    cpu_matmul.probe) passes, else oneDNN where packing gains, else off; an explicit choice
+    that cannot run here is a ValueError naming why."""
+    if choice == "off":
+        return "off"
+    native_dtype = device.type == "cpu" and dtype == torch.float32
+    if choice == "native" or (choice == "auto" and native_dtype):
+        why = (
+            f"the kernel runs float32 on CPU, not {str(dtype).removeprefix('torch.')} on "
+            f"{device.type}"
+            if not native_dtype
+            else (probe or _native_probe)()
+        )
+        if why is None:
+            return "native"
+        if choice == "native":
+            raise ValueError(f"EngineConfig.cpu_linear='native' does not work here: {why}")
+        log.info("cpu_linear auto: oneDNN packing, not the native kernel (%s)", why)
+    if can_pack(device, dtype, flags):
+        return "onednn"
+    if choice == "onednn":
+        raise ValueError(
+            f"EngineConfig.cpu_linear='onednn' does not work here: packing takes float32 (or "
+            f"bfloat16 with native bf16 units) on a CPU with oneDNN, not "
+            f"{str(dtype).removeprefix('torch.')} on {device.type}"
+        )
+    return "off"
 
 
-def pack_linears(model: torch.nn.Module, min_weight_bytes: int | None = None) -> int:
-    """Replace every plain `nn.Linear` of `model` by a PackedLinear, in place; returns how many
-    (0 when their weights total less than `min_weight_bytes`, default MIN_WEIGHT_BYTES).
+def _native_probe() -> str | None:
+    from serving.engine import cpu_matmul
+
+    return cpu_matmul.probe()
+
+
+def pack_if_useful(model, choice: str, device: torch.device, dtype: torch.dtype) -> str:
+    """The engine's call: the kind of linear layers `model` now has ("native", "onednn" or
+    "off"). auto packs only models with MIN_WEIGHT_BYTES of linear weights or more; an
+    explicit kind packs any size."""
+    kind = resolve(choice, device, dtype)
+    if kind == "off":
+        return "off"
+    floor = MIN_WEIGHT_BYTES if choice == "auto" else 0
+    return kind if pack_linears(model, floor, kind) else "off"
+
+
+def pack_linears(
+    model: torch.nn.Module, min_weight_bytes: int | None = None, kind: str = "onednn"
+) -> int:
+    """Replace every plain `nn.Linear` of `model` by a PackedLinear (kind "onednn") or a
+    cpu_matmul.NativeLinear ("native"), in place; returns how many (0 when their weights total
+    less than `min_weight_bytes`, default MIN_WEIGHT_BYTES).
 
     Subclasses of nn.Linear (quantized or LoRA layers) are left alone: their forward is theirs."""
+    from serving.engine.cpu_matmul import NativeLinear
+
+    if kind not in ("native", "onednn"):
+        raise ValueError(f"pack_linears kind={kind!r} must be 'native' or 'onednn'")
     floor = MIN_WEIGHT_BYTES if min_weight_bytes is None else min_weight_bytes
     targets = [
         (parent, name, child)
@@ -95,8 +147,9 @@ def pack_linears(model: torch.nn.Module, min_weight_bytes: int | None = None) ->
     weight_bytes = sum(c.weight.numel() * c.weight.element_size() for _, _, c in targets)
     if weight_bytes < floor:
         return 0
+    layer = NativeLinear if kind == "native" else PackedLinear
     for parent, name, child in targets:
-        setattr(parent, name, PackedLinear(child))
+        setattr(parent, name, layer(child))
     if targets:
-        log.info("packed %d linear layers into oneDNN's layout (CPU)", len(targets))
+        log.info("packed %d linear layers for the %s CPU matmul", len(targets), kind)
     return len(targets)

@@ -61,7 +61,7 @@ class LLMEngine:
         self.clock = clock
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
-        cpu_linear.pack_if_useful(model, cfg.cpu_packed_linear, self.device, self.dtype)
+        self.cpu_linear = cpu_linear.pack_if_useful(model, cfg.cpu_linear, self.device, self.dtype)
         # Adapter slots before the KV budget is measured: on CUDA they come out of it.
         self.adapters = (
             LoraManager(model, cfg.max_loras, cfg.max_lora_rank) if cfg.max_loras else None

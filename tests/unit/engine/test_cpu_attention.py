@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from serving.engine import EngineConfig, LLMEngine, SamplingParams, attention, cpu_attention
+from serving.engine import (
+    EngineConfig,
+    LLMEngine,
+    SamplingParams,
+    attention,
+    cpu_attention,
+    native_build,
+)
 from serving.engine.attention import DecodeGroup, PagedMetadata, _Spec
 from serving.engine.flex_decode import resolve_decode_attention
 from serving.tiny_models import tiny_model
@@ -83,24 +90,24 @@ def test_a_block_id_outside_the_cache_is_refused_not_read():
 
 def test_the_build_is_keyed_by_source_flags_and_cpu():
     root = Path("/cache")
-    a = cpu_attention.library_path(root, b"src", frozenset({"avx2"}))
-    assert a.parent == root / "kernels"
-    assert a == cpu_attention.library_path(root, b"src", frozenset({"avx2"}))
-    assert a != cpu_attention.library_path(root, b"src2", frozenset({"avx2"}))
-    assert a != cpu_attention.library_path(root, b"src", frozenset({"avx2", "avx512f"}))
+    path = cpu_attention.KERNEL.library_path
+    a = path(root, b"src", frozenset({"avx2"}))
+    assert a.parent == root / "kernels" and a.name.startswith("cpu_attention-")
+    assert a == path(root, b"src", frozenset({"avx2"}))
+    assert a != path(root, b"src2", frozenset({"avx2"}))
+    assert a != path(root, b"src", frozenset({"avx2", "avx512f"}))
 
 
 def test_without_a_compiler_the_reason_is_given(monkeypatch, tmp_path):
     monkeypatch.setenv("TIDESERVE_CACHE", str(tmp_path))  # nothing built here yet
-    monkeypatch.setattr(cpu_attention, "compiler", lambda: None)
-    assert cpu_attention._load() == "no C compiler found ($CC, cc or gcc)"
+    monkeypatch.setattr(native_build, "compiler", lambda: None)
+    assert cpu_attention.KERNEL.load() == "no C compiler found ($CC, cc or gcc)"
 
 
 def test_a_compiler_error_is_reported(monkeypatch, tmp_path):
     monkeypatch.setenv("TIDESERVE_CACHE", str(tmp_path))
-    monkeypatch.setattr(cpu_attention, "compiler", lambda: "false")  # exits 1, prints nothing
-    monkeypatch.setattr(cpu_attention.shutil, "which", lambda name: "/bin/false")
-    why = cpu_attention._load()
+    monkeypatch.setattr(native_build, "compiler", lambda: "false")  # exits 1, prints nothing
+    why = cpu_attention.KERNEL.load()
     assert isinstance(why, str) and why.startswith("the C compiler failed")
     assert not list((tmp_path / "kernels").glob("*.so*"))  # no half-written library left
 

@@ -97,24 +97,52 @@ def test_packed_bfloat16_matches_f_linear_to_bf16_rounding(rows):
 
 
 @needs_mkldnn
-@pytest.mark.parametrize("enabled", [True, False])
-def test_engine_packs_by_config_and_output_is_unchanged(enabled, monkeypatch):
-    monkeypatch.setattr(cpu_linear, "MIN_WEIGHT_BYTES", 0)  # the tiny model is below the floor
-    model = tiny_model("llama")
+@pytest.mark.parametrize("kind", ["onednn", "off"])
+def test_engine_packs_by_config_and_output_is_unchanged(kind):
+    model = tiny_model("llama")  # below the auto floor: an explicit kind packs any size
     prompt = [3, 17, 42, 9, 11]
     ids = torch.tensor([prompt])
     ref = model.generate(
         ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False
     )
-    cfg = EngineConfig(num_kv_blocks=16, cpu_packed_linear=enabled)
-    engine = LLMEngine(model, config=cfg)
+    engine = LLMEngine(model, config=EngineConfig(num_kv_blocks=16, cpu_linear=kind))
+    assert engine.cpu_linear == kind
     packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
     plain = [m for m in model.modules() if type(m) is torch.nn.Linear]
-    assert (len(packed) > 0, len(plain) == 0) == (enabled, enabled)
+    assert (len(packed) > 0, len(plain) == 0) == (kind == "onednn", kind == "onednn")
     (out,) = engine.generate([prompt], [SamplingParams(max_tokens=12, temperature=0)])
     assert out.token_ids == ref[0, len(prompt) :].tolist()
 
 
-def test_config_rejects_a_non_bool():
-    with pytest.raises(ValueError, match="cpu_packed_linear"):
-        EngineConfig(cpu_packed_linear="yes")
+def test_auto_leaves_a_cache_resident_model_alone():
+    model = tiny_model("llama")
+    engine = LLMEngine(model, config=EngineConfig(num_kv_blocks=16))
+    assert engine.cpu_linear == "off"
+    assert not [m for m in model.modules() if isinstance(m, PackedLinear)]
+
+
+def test_config_names_the_allowed_kinds():
+    with pytest.raises(ValueError, match=r"cpu_linear.*'auto', 'native', 'onednn', 'off'"):
+        EngineConfig(cpu_linear="yes")
+    with pytest.raises(TypeError, match="cpu_packed_linear"):  # the old key fails closed
+        EngineConfig(cpu_packed_linear=True)
+
+
+def test_resolve_picks_native_then_onednn_then_off():
+    cpu, f32, bf16 = torch.device("cpu"), torch.float32, torch.bfloat16
+    passes, fails = (lambda: None), (lambda: "no C compiler found")
+    zen4 = frozenset({"avx512f", "avx512_bf16"})
+    onednn = "onednn" if torch.backends.mkldnn.is_available() else "off"
+    assert cpu_linear.resolve("auto", cpu, f32, passes) == "native"
+    assert cpu_linear.resolve("auto", cpu, f32, fails) == onednn
+    assert cpu_linear.resolve("auto", cpu, bf16, passes, frozenset()) == "off"
+    assert cpu_linear.resolve("auto", cpu, bf16, passes, zen4) == onednn
+    assert cpu_linear.resolve("auto", torch.device("cuda"), bf16, passes, zen4) == "off"
+    assert cpu_linear.resolve("off", cpu, f32, passes) == "off"
+    assert cpu_linear.resolve("native", cpu, f32, passes) == "native"
+    with pytest.raises(ValueError, match="'native' does not work here: no C compiler found"):
+        cpu_linear.resolve("native", cpu, f32, fails)
+    with pytest.raises(ValueError, match=r"'native' does not work here: .*not bfloat16 on cpu"):
+        cpu_linear.resolve("native", cpu, bf16, passes)
+    with pytest.raises(ValueError, match="'onednn' does not work here"):
+        cpu_linear.resolve("onednn", torch.device("cuda"), f32, passes)
