@@ -116,13 +116,26 @@ def _native_probe() -> str | None:
 
 def pack_if_useful(model, choice: str, device: torch.device, dtype: torch.dtype) -> str:
     """The engine's call: the kind of linear layers `model` now has ("native", "onednn" or
-    "off"). auto packs only models with MIN_WEIGHT_BYTES of linear weights or more; an
-    explicit kind packs any size."""
-    kind = resolve(choice, device, dtype)
-    if kind == "off":
+    "off"). auto packs only models with MIN_WEIGHT_BYTES of linear weights or more (and checks
+    no kernel for smaller ones); an explicit kind packs any size."""
+    targets = _plain_linears(model)
+    if choice == "auto" and _weight_bytes(targets) < MIN_WEIGHT_BYTES:
         return "off"
-    floor = MIN_WEIGHT_BYTES if choice == "auto" else 0
-    return kind if pack_linears(model, floor, kind) else "off"
+    kind = resolve(choice, device, dtype)
+    return kind if kind != "off" and pack_linears(model, 0, kind) else "off"
+
+
+def _plain_linears(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.nn.Linear]]:
+    return [
+        (parent, name, child)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if type(child) is torch.nn.Linear
+    ]
+
+
+def _weight_bytes(targets) -> int:
+    return sum(c.weight.numel() * c.weight.element_size() for _, _, c in targets)
 
 
 def pack_linears(
@@ -138,14 +151,8 @@ def pack_linears(
     if kind not in ("native", "onednn"):
         raise ValueError(f"pack_linears kind={kind!r} must be 'native' or 'onednn'")
     floor = MIN_WEIGHT_BYTES if min_weight_bytes is None else min_weight_bytes
-    targets = [
-        (parent, name, child)
-        for parent in model.modules()
-        for name, child in parent.named_children()
-        if type(child) is torch.nn.Linear
-    ]
-    weight_bytes = sum(c.weight.numel() * c.weight.element_size() for _, _, c in targets)
-    if weight_bytes < floor:
+    targets = _plain_linears(model)
+    if _weight_bytes(targets) < floor:
         return 0
     layer = NativeLinear if kind == "native" else PackedLinear
     for parent, name, child in targets:
