@@ -246,9 +246,9 @@ def check_page(path: Path, results: Path = RESULTS) -> tuple[int, list[Problem]]
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("pages", nargs="*", type=Path, help="default: docs/*.md")
+    parser.add_argument("pages", nargs="*", type=Path, help="default: README.md and docs/*.md")
     args = parser.parse_args(argv)
-    pages = args.pages or sorted((ROOT / "docs").glob("*.md"))
+    pages = args.pages or [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     total, bad = 0, []
     for page in pages:
         n, problems = check_page(page)

@@ -1,4 +1,5 @@
-"""The numbers docs/ quotes match the result files they name (scripts/check_doc_numbers.py).
+"""The numbers README.md and docs/ quote match the result files they name
+(scripts/check_doc_numbers.py).
 
 The checker itself is tested on small pages and files written here: a number that does not round
 to its file's value, a key that is not there, a missing file and a bad table all fail."""
@@ -38,7 +39,7 @@ def page_problems(tmp_path: Path, text: str) -> tuple[int, list]:
 
 def test_the_docs_quote_their_result_files_exactly():
     checked, problems = 0, []
-    for page in sorted((ROOT / "docs").glob("*.md")):
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         n, bad = check.check_page(page)
         checked, problems = checked + n, problems + bad
     assert problems == [], "\n".join(map(str, problems))
