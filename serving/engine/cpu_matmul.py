@@ -11,8 +11,9 @@ faster at every row count measured from 1 to 512 (1.02x at 1 row, 1.15x at 512).
 benchmarks/engine_embedded.py measures the engine with it against oneDNN's packing in one run.
 
 Threads: the panels are split among the torch thread's count of OpenMP threads. The library
-links libgomp, which resolves to the copy torch already loaded (same soname), so the kernel and
-torch's own ops share one thread pool.
+links libgomp, which resolves to the copy torch already loaded where torch links libgomp under
+that soname (PyPI's CPU wheels), so the kernel and torch's own ops share one thread pool; beside
+a torch built with another OpenMP (Intel's libiomp5) it runs libgomp's own pool.
 
 Built once per machine with the system's C compiler (serving/engine/native_build.py); a CPU
 without AVX2 and FMA fails the build, and the engine keeps oneDNN's packing (serving/engine/
