@@ -82,7 +82,8 @@ class EngineConfig:
     # on this machine (float32, AVX2 + FMA; serving/engine/cpu_matmul.py); onednn: packed once
     # into oneDNN's blocked layout (float32, or bfloat16 where the CPU has native bf16 units;
     # serving/engine/cpu_linear.py); off: plain torch.nn.functional.linear. auto: native when
-    # its start-up check passes, else onednn where it applies, else off, and only for models
+    # its start-up check passes and it beats onednn on the model's own weights at start, else
+    # onednn where it applies, else off, and only for models
     # with 64 MiB of linear weights or more (smaller ones stay in the CPU's caches, where
     # F.linear is as fast). An explicit native or onednn packs any size. CUDA: off.
     cpu_linear: str = "auto"

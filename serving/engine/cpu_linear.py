@@ -114,15 +114,38 @@ def _native_probe() -> str | None:
     return cpu_matmul.probe()
 
 
-def pack_if_useful(model, choice: str, device: torch.device, dtype: torch.dtype) -> str:
+def pack_if_useful(model, choice: str, device: torch.device, dtype: torch.dtype, race=None) -> str:
     """The engine's call: the kind of linear layers `model` now has ("native", "onednn" or
     "off"). auto packs only models with MIN_WEIGHT_BYTES of linear weights or more (and checks
-    no kernel for smaller ones); an explicit kind packs any size."""
+    no kernel for smaller ones), and where both kernels run it times them on the model's own
+    largest weights (`race`, default cpu_matmul.race_onednn) and keeps the faster; an explicit
+    kind packs any size."""
     targets = _plain_linears(model)
     if choice == "auto" and _weight_bytes(targets) < MIN_WEIGHT_BYTES:
         return "off"
     kind = resolve(choice, device, dtype)
+    if choice == "auto" and kind == "native" and can_pack(device, dtype):
+        kind = _faster(race or _native_race, [c.weight for _, _, c in targets])
     return kind if kind != "off" and pack_linears(model, 0, kind) else "off"
+
+
+def _native_race(weights: list[torch.Tensor]) -> tuple[float, float]:
+    from serving.engine import cpu_matmul
+
+    return cpu_matmul.race_onednn(weights)
+
+
+def _faster(race, weights: list[torch.Tensor]) -> str:
+    native_s, onednn_s = race(weights)
+    kind = "native" if native_s <= onednn_s else "onednn"
+    log.info(
+        "cpu_linear auto: %s (16 rows through up to 48 MiB of the model's weights: "
+        "native kernel %.1f ms, oneDNN %.1f ms)",
+        kind,
+        1e3 * native_s,
+        1e3 * onednn_s,
+    )
+    return kind
 
 
 def _plain_linears(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.nn.Linear]]:

@@ -24,6 +24,7 @@ relative in float32).
 from __future__ import annotations
 
 import ctypes
+import time
 from pathlib import Path
 
 import torch
@@ -124,3 +125,54 @@ def probe() -> str | None:
             if err > 1e-4:
                 return f"the kernel differs from F.linear by {err:.3g} at {rows} rows"
     return None
+
+
+def race_onednn(
+    weights: list[torch.Tensor], rows: int = 16, budget_bytes: int = 48 * 2**20, rounds: int = 3
+) -> tuple[float, float]:
+    """(native seconds, oneDNN seconds): the best of `rounds` passes of `rows` rows through the
+    model's weights (float32 [N, K], in its order) up to `budget_bytes`, each packed both ways;
+    a weight larger than the budget is skipped unless none is smaller. More bytes than most
+    CPUs' caches hold, so they stream from memory as in a decode step: the engine's
+    `cpu_linear: auto` keeps the faster on this machine, not on the one it was measured on."""
+    fitting = [w for w in weights if size(w) <= budget_bytes] or [min(weights, key=size)]
+    chosen, total = [], 0
+    for w in fitting:
+        if total >= budget_bytes:
+            break
+        chosen.append(w)
+        total += size(w)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        layers = [torch.nn.Linear(w.shape[1], w.shape[0], bias=False) for w in chosen]
+        for layer, w in zip(layers, chosen, strict=True):
+            layer.weight.copy_(w)
+        inputs = [torch.randn(rows, w.shape[1], generator=gen) for w in chosen]
+        native = [NativeLinear(layer) for layer in layers]
+        onednn = [
+            torch.ops.mkldnn._reorder_linear_weight(w.detach().contiguous(), None) for w in chosen
+        ]
+
+        def pass_native() -> None:
+            for layer, x in zip(native, inputs, strict=True):
+                layer(x)
+
+        def pass_onednn() -> None:
+            for w, x in zip(onednn, inputs, strict=True):
+                torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
+
+        return _best(pass_native, rounds), _best(pass_onednn, rounds)
+
+
+def size(weight: torch.Tensor) -> int:
+    return weight.numel() * weight.element_size()
+
+
+def _best(fn, rounds: int) -> float:
+    fn()  # first touch of the packed copies
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)

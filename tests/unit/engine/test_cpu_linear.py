@@ -150,3 +150,34 @@ def test_resolve_picks_native_then_onednn_then_off():
         cpu_linear.resolve("native", cpu, bf16, passes)
     with pytest.raises(ValueError, match="'onednn' does not work here"):
         cpu_linear.resolve("onednn", torch.device("cuda"), f32, passes)
+
+
+@pytest.mark.parametrize(
+    ("native_s", "onednn_s", "kind"), [(1.0, 2.0, "native"), (2.0, 1.0, "onednn")]
+)
+def test_auto_keeps_the_faster_kernel_on_this_machine(monkeypatch, native_s, onednn_s, kind):
+    if not torch.backends.mkldnn.is_available() or cpu_linear._native_probe() is not None:
+        pytest.skip("needs both the native kernel and oneDNN here")
+    monkeypatch.setattr(cpu_linear, "MIN_WEIGHT_BYTES", 0)
+    raced = []
+
+    def race(weights):
+        raced.append(len(weights))
+        return native_s, onednn_s
+
+    model = tiny_model("llama")
+    cpu, f32 = torch.device("cpu"), torch.float32
+    assert cpu_linear.pack_if_useful(model, "auto", cpu, f32, race) == kind
+    assert raced == [len([m for m in tiny_model("llama").modules() if type(m) is torch.nn.Linear])]
+    assert cpu_linear.pack_if_useful(tiny_model("llama"), "native", cpu, f32, race) == "native"
+    assert len(raced) == 1  # an explicit choice is not raced
+
+
+def test_the_race_times_both_kernels_on_weights_within_its_budget():
+    from serving.engine import cpu_matmul
+
+    if cpu_matmul.KERNEL.get()[0] is None or not torch.backends.mkldnn.is_available():
+        pytest.skip("needs both the native kernel and oneDNN here")
+    small, big = torch.randn(24, 16), torch.randn(4096, 64)  # 1.5 KiB and 1 MiB
+    native_s, onednn_s = cpu_matmul.race_onednn([big, small], budget_bytes=2**16, rounds=1)
+    assert native_s > 0 and onednn_s > 0
