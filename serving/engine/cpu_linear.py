@@ -117,8 +117,8 @@ def _native_probe() -> str | None:
 def pack_if_useful(model, choice: str, device: torch.device, dtype: torch.dtype, race=None) -> str:
     """The engine's call: the kind of linear layers `model` now has ("native", "onednn" or
     "off"). auto packs only models with MIN_WEIGHT_BYTES of linear weights or more (and checks
-    no kernel for smaller ones), and where both kernels run it times them on the model's own
-    largest weights (`race`, default cpu_matmul.race_onednn) and keeps the faster; an explicit
+    no kernel for smaller ones), and where both kernels run it times them on up to 48 MiB of the
+    model's own weights (`race`, default cpu_matmul.race_onednn) and keeps the faster; an explicit
     kind packs any size."""
     targets = _plain_linears(model)
     if choice == "auto" and _weight_bytes(targets) < MIN_WEIGHT_BYTES:

@@ -87,13 +87,18 @@ class ModelReplica:
         self.reporter = _controller_reporter(pool)
         self.metrics.record_startup(self.startup)
         phases = ", ".join(f"{k} {v:.1f} s" for k, v in self.startup.as_dict().items())
+        kernels = (  # what serving/engine chose on this machine (cpu_linear, decode_attention)
+            f"linear {self.engine.cpu_linear}, decode attention "
+            f"{getattr(self.engine.runner, 'decode_attention', 'model')}"
+        )
         log.info(
-            "%s replica ready in %.1f s (%s; model %s, %s)",
+            "%s replica ready in %.1f s (%s; model %s, %s; %s)",
             pool,
             self.warmup_s,
             phases,
             path,
             self.core_layout,
+            kernels,
         )
 
     def self_check(self) -> None:
