@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from serving.engine.cpu_linear import PackedLinear
 from serving.engine.native_build import NativeKernel
 
 SOURCE = Path(__file__).with_name("cpu_matmul.c")
@@ -148,31 +149,27 @@ def race_onednn(
         for layer, w in zip(layers, chosen, strict=True):
             layer.weight.copy_(w)
         inputs = [torch.randn(rows, w.shape[1], generator=gen) for w in chosen]
+        # the race runs the very modules the engine would install (PackedLinear: oneDNN)
         native = [NativeLinear(layer) for layer in layers]
-        onednn = [
-            torch.ops.mkldnn._reorder_linear_weight(w.detach().contiguous(), None) for w in chosen
-        ]
-
-        def pass_native() -> None:
-            for layer, x in zip(native, inputs, strict=True):
-                layer(x)
-
-        def pass_onednn() -> None:
-            for w, x in zip(onednn, inputs, strict=True):
-                torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
-
-        return _best(pass_native, rounds), _best(pass_onednn, rounds)
+        onednn = [PackedLinear(layer) for layer in layers]
+        return _best(native, inputs, rounds), _best(onednn, inputs, rounds)
 
 
 def size(weight: torch.Tensor) -> int:
     return weight.numel() * weight.element_size()
 
 
-def _best(fn, rounds: int) -> float:
-    fn()  # first touch of the packed copies
+def _best(modules: list[torch.nn.Module], inputs: list[torch.Tensor], rounds: int) -> float:
+    """Seconds of the fastest of `rounds` passes of each input through its module."""
+
+    def one_pass() -> None:
+        for module, x in zip(modules, inputs, strict=True):
+            module(x)
+
+    one_pass()  # first touch of the packed copies
     times = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        fn()
+        one_pass()
         times.append(time.perf_counter() - t0)
     return min(times)
