@@ -5,6 +5,10 @@ asks for now are serving at now + lead. So each plan is a prediction that can be
 
     score = highest rate seen over [now + lead, now + lead + horizon] / the base it was sized for
 
+"Rate seen" is the mean over the last `score_window_s` (30 s): a burst of a few seconds that the
+queue absorbs within the TTFT SLO needs no replica, and scoring each 10 s count's Poisson noise
+as a forecast error would buy headroom for it in every hour.
+
 Scores are kept for `window_s` (7 days), each with the forecast it judged (the traffic at stake)
 and the traffic's recent volatility when the plan was made (autoscaling/volatility.py: the mean
 jump between 10-minute means over the last hour). They are grouped (Mondrian conformal) into
@@ -74,6 +78,14 @@ class HeadroomConfig:
     # per second of mean traffic, up when served in distress, down otherwise; 0 turns it off
     feedback_gain_per_s: float = 1e-4
     feedback_range: tuple[float, float] = (0.6, 2.0)  # bounds on the feedback's factor
+    # plans are scored by the mean rate over this window, not by each tick's count: a burst
+    # shorter than this mostly waits in the queue within the SLO (0: each observation alone)
+    score_window_s: float = 30.0
+    # replay training days (autoscaling/step.train) also score one plan per 10-minute window: a
+    # coarser forecast than the live tick's, which sees the current rate and trend, so its errors
+    # fill the headroom's tail. Off: the training days teach the forecaster and the volatility
+    # classes only, and the headroom learns from live plans, as the live controller does
+    score_training_windows: bool = False
 
     def __post_init__(self) -> None:
         o = self._owner
@@ -92,6 +104,11 @@ class HeadroomConfig:
         lo, hi = self.feedback_range
         check_range(o, "feedback_range[0]", lo, 0.0, 1.0, lo_open=True)
         check_range(o, "feedback_range[1]", hi, 1.0, 100.0)
+        check_range(o, "score_window_s", self.score_window_s, 0.0, 3600.0)
+        if not isinstance(self.score_training_windows, bool):
+            raise ValueError(
+                f"{o}.score_training_windows={self.score_training_windows!r} must be true or false"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +149,7 @@ class HeadroomLearner:
         # per band: (start_s, actual / forecast, forecast rps, sigma or NaN), oldest first
         self._bands: list[deque[tuple[float, ...]]] = [deque() for _ in range(self.cfg.num_bands)]
         self.volatility = VolatilityTracker(self.cfg.volatility_num_jumps)
+        self._rates: deque[tuple[float, float]] = deque()  # (t_s, rate) within score_window_s
         # per (band, volatility class) group, and the pooled fallback; class thresholds
         self._cache: dict[tuple[int, int], Headroom] = {}
         self._pooled = Headroom(None, "not computed")
@@ -152,10 +170,13 @@ class HeadroomLearner:
         falls in; a plan whose span has ended is scored by the highest rate seen in it."""
         self.volatility.observe(now_s, rate_rps)
         seen = rate_rps is not None and math.isfinite(rate_rps)
+        if not seen:
+            self._rates.clear()
+        rate = self._smoothed(now_s, rate_rps) if seen else math.nan
         for plan in self._pending:
             if plan[0] > now_s:
                 break  # plans are in order of start
-            plan[3] = max(plan[3], float(rate_rps)) if seen else math.nan
+            plan[3] = max(plan[3], rate) if seen else math.nan
         while self._pending and self._pending[0][1] <= now_s:
             start, _, planned, peak, sigma = self._pending.popleft()
             if peak >= 0:  # NaN (a gap in the span) and -1 (nothing seen) are not scored
@@ -165,6 +186,17 @@ class HeadroomLearner:
         for band in self._bands:
             while band and band[0][0] < oldest:
                 band.popleft()
+
+    def _smoothed(self, now_s: float, rate_rps: float) -> float:
+        """The mean of the rates observed over the last `score_window_s`, this one included
+        (a gap empties the window, so a rate from before it never counts; so does time going
+        back, as a replay restarting does)."""
+        if self._rates and self._rates[-1][0] > now_s:
+            self._rates.clear()
+        self._rates.append((now_s, float(rate_rps)))
+        while len(self._rates) > 1 and self._rates[0][0] <= now_s - self.cfg.score_window_s:
+            self._rates.popleft()
+        return sum(r for _, r in self._rates) / len(self._rates)
 
     def feedback_on(self, now_s: float, rate_rps: float | None, distressed: bool) -> None:
         """What the SLO got over the interval ending now: `distressed` when the queue passed the
@@ -252,6 +284,7 @@ class HeadroomLearner:
             "volatility": self.volatility.to_dict(),
             "config": cfg,
             "pending": [list(x) for x in self._pending],
+            "rates": [list(x) for x in self._rates],
             "bands": [[list(x) for x in b] for b in self._bands],
         }
 
@@ -266,6 +299,7 @@ class HeadroomLearner:
         learner.volatility = VolatilityTracker.from_dict(
             d.get("volatility"), learner.cfg.volatility_num_jumps
         )
+        learner._rates.extend((float(t), float(r)) for t, r in d.get("rates", []))
         # histories saved before volatility was tracked: their plans and scores have no sigma
         learner._pending.extend(_with_sigma(plan, 5) for plan in d["pending"])
         for band, items in zip(learner._bands, d["bands"], strict=True):

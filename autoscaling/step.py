@@ -102,11 +102,15 @@ def train(
     rates_rps: list[float | None],
     lead_s: float,
 ) -> None:
-    """Learn from a history of window-mean rates (None = gap): each window is forecast before it
-    is observed, so the headroom starts from the training days' own errors."""
+    """Learn from a history of window-mean rates (None = gap): the forecaster's profile and the
+    volatility classes' jumps. With `score_training_windows` each window is also forecast before
+    it is observed and scored, so the headroom starts from the training days' errors; off (the
+    default), it starts at the R6 factor and learns from live plans, as the live controller does."""
+    score = learner.cfg.score_training_windows
     for i, rate in enumerate(rates_rps):
         t = t0_s + (i + 0.5) * bin_s
         fc = forecaster.predict(t, lead_s, cfg.horizon_s)
-        learner.expect(t - 1.0, t, max(fc.peak_rps, fc.level_rps))  # scored by this window
+        if score:
+            learner.expect(t - 1.0, t, max(fc.peak_rps, fc.level_rps))  # scored by this window
         forecaster.observe(t, rate)
         learner.observe(t, rate)

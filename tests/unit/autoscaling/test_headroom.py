@@ -16,6 +16,7 @@ HOUR = 3600.0
 def learner(**kw) -> HeadroomLearner:
     # time-of-day bands alone (the volatility classes have tests of their own below)
     values = dict(quantile=0.9, num_bands=4, min_scores=10, num_volatility_classes=1)
+    values["score_window_s"] = 0.0  # each observation alone (the smoothing is tested below)
     values.update(kw)
     return HeadroomLearner(HeadroomConfig(**values))
 
@@ -81,6 +82,55 @@ def test_a_plan_is_scored_by_the_highest_rate_over_its_span():
         h.observe(t, rate)
     assert h.num_scores() == 1
     assert h.headroom(100.0).factor == pytest.approx(1.4)
+
+
+def test_a_burst_shorter_than_the_score_window_counts_at_its_mean_over_the_window():
+    # 10 s at 160 rps among 100s: over 30 s it is a mean of 120, which the queue absorbs
+    h = learner(min_scores=1, quantile=0.6, score_window_s=30.0)
+    h.observe(100.0, 100.0)
+    h.expect(100.0, 140.0, 100.0)
+    for t, rate in ((110.0, 100.0), (120.0, 160.0), (130.0, 100.0), (140.0, 100.0)):
+        h.observe(t, rate)
+    assert h.headroom(100.0).factor == pytest.approx(1.2)
+    # the same burst, each observation alone: scored at its 160
+    raw = learner(min_scores=1, quantile=0.6, score_window_s=0.0)
+    raw.expect(100.0, 140.0, 100.0)
+    for t, rate in ((110.0, 100.0), (120.0, 160.0), (130.0, 100.0), (140.0, 100.0)):
+        raw.observe(t, rate)
+    assert raw.headroom(100.0).factor == pytest.approx(1.6)
+
+
+def test_a_step_that_lasts_is_scored_in_full_once_it_fills_the_score_window():
+    h = learner(min_scores=1, quantile=0.6, score_window_s=30.0)
+    h.expect(100.0, 160.0, 100.0)
+    for t, rate in ((110.0, 100.0), (120.0, 150.0), (130.0, 150.0), (140.0, 150.0)):
+        h.observe(t, rate)
+    h.observe(160.0, 150.0)
+    assert h.headroom(100.0).factor == pytest.approx(1.5)
+
+
+def test_a_gap_empties_the_score_window():
+    h = learner(min_scores=1, quantile=0.6, score_window_s=60.0)
+    h.observe(90.0, 1000.0)  # before the gap: must not count after it
+    h.observe(100.0, None)
+    h.expect(105.0, 120.0, 100.0)
+    h.observe(110.0, 100.0)
+    h.observe(120.0, 110.0)
+    assert h.headroom(100.0).factor == pytest.approx(1.05)  # mean of 100 and 110
+
+
+def test_the_score_window_survives_a_restart():
+    h = learner(min_scores=1, quantile=0.6, score_window_s=30.0)
+    h.observe(100.0, 200.0)
+    back = HeadroomLearner.from_dict(h.to_dict())
+    back.expect(105.0, 110.0, 100.0)
+    back.observe(110.0, 100.0)
+    assert back.headroom(100.0).factor == pytest.approx(1.5)  # mean of 200 and 100
+
+
+def test_a_score_window_out_of_range_is_an_error_naming_it():
+    with pytest.raises(ValueError, match="score_window_s"):
+        HeadroomConfig(score_window_s=-1.0)
 
 
 def test_plans_over_a_gap_are_not_scored():

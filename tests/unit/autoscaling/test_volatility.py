@@ -64,7 +64,10 @@ def test_classes_split_at_the_thresholds_and_unknown_volatility_has_none():
 
 
 def learner(classes: int = 2) -> HeadroomLearner:
-    cfg = HeadroomConfig(quantile=0.95, min_scores=5, num_volatility_classes=classes)
+    # each observation scored alone: these tests are about the classes, not the smoothing
+    cfg = HeadroomConfig(
+        quantile=0.95, min_scores=5, num_volatility_classes=classes, score_window_s=0.0
+    )
     return HeadroomLearner(cfg)
 
 

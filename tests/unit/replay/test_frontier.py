@@ -63,6 +63,10 @@ def test_the_per_seed_sweep_spans_the_targets_costs_with_fewer_points():
     full = {s.policy: s for s in default_sweeps(svc, "full")}
     assert set(seeds) == set(full)
     assert 0.995 in seeds["tideserve"].values  # the default is always swept
+    # points on both sides of each 99.5% crossing, close together: tideserve's between q 0.99
+    # and 0.995, Knative's between utilisation 0.85 and 0.9 (200 in flight at capacity)
+    assert {0.99, 0.993} <= set(seeds["tideserve"].values)
+    assert {170.0, 175.0, 180.0} <= set(seeds["knative"].values)
     assert 2.0 not in seeds["reactive"].values  # Ray's default costs 5x: off every target
     assert sum(len(s.values) for s in seeds.values()) < sum(len(s.values) for s in full.values())
     with pytest.raises(ValueError, match="sweep level='most'"):
