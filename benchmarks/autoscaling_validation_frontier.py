@@ -51,6 +51,8 @@ CANDIDATES: dict[str, tuple[dict, dict]] = {
     "previous": ({"score_window_s": 0.0, "score_training_windows": True}, {}),
     "training_windows_scored": ({"score_training_windows": True}, {}),
     "score_window_0": ({"score_window_s": 0.0}, {}),
+    # the conformal headroom alone, without the SLO's feedback on it
+    "feedback_off": ({"feedback_gain_per_s": 0.0}, {}),
     # a plan for the lead alone, 30 s past the cold start, held 60 s on the way down
     "short_plan": (
         {},
