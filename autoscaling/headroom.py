@@ -55,7 +55,7 @@ import numpy as np
 from autoscaling.headroom_alloc import allocate
 from autoscaling.headroom_feedback import SloFeedback
 from autoscaling.volatility import VolatilityTracker
-from common.validate import check_range
+from common.validate import check_bool, check_range
 
 _DAY_S = 86400.0
 REFRESH_S = 600.0
@@ -105,10 +105,7 @@ class HeadroomConfig:
         check_range(o, "feedback_range[0]", lo, 0.0, 1.0, lo_open=True)
         check_range(o, "feedback_range[1]", hi, 1.0, 100.0)
         check_range(o, "score_window_s", self.score_window_s, 0.0, 3600.0)
-        if not isinstance(self.score_training_windows, bool):
-            raise ValueError(
-                f"{o}.score_training_windows={self.score_training_windows!r} must be true or false"
-            )
+        check_bool(o, "score_training_windows", self.score_training_windows)
 
 
 @dataclass(frozen=True, slots=True)

@@ -109,6 +109,8 @@ def train(
     score = learner.cfg.score_training_windows
     for i, rate in enumerate(rates_rps):
         t = t0_s + (i + 0.5) * bin_s
+        # predicted even when not scored: predict() also keeps the level ratio the forecaster
+        # falls back to in a gap, so training ends in the same state either way
         fc = forecaster.predict(t, lead_s, cfg.horizon_s)
         if score:
             learner.expect(t - 1.0, t, max(fc.peak_rps, fc.level_rps))  # scored by this window

@@ -32,6 +32,12 @@ def check_range(
         raise ValueError(f"{owner}.{field}={value!r} is out of range; allowed: {bound}")
 
 
+def check_bool(owner: str, field: str, value: Any) -> None:
+    """Raise ValueError unless value is a bool (1 and "yes" are not)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{owner}.{field}={value!r} must be true or false")
+
+
 def check_choice(owner: str, field: str, value: Any, allowed: Iterable[Any]) -> None:
     allowed = tuple(allowed)
     if value not in allowed:

@@ -11,7 +11,7 @@ import itertools
 from dataclasses import dataclass
 from typing import ClassVar
 
-from common.validate import check_range
+from common.validate import check_bool, check_range
 
 MAX_BATCH_SIZE_LIMIT = 256  # R2: never "wait for 128"-style giant batches by accident
 MAX_WINDOW_S = 1.0
@@ -52,7 +52,6 @@ class DynamicBatchingSection:
         check_range(o, "max_queue", self.max_queue, 1, None, integer=True)
         if self.max_queue_wait_s is not None:
             check_range(o, "max_queue_wait_s", self.max_queue_wait_s, 0.0, 3600.0, lo_open=True)
-        if not isinstance(self.tuner, bool):
-            raise ValueError(f"{o}.tuner={self.tuner!r} must be true or false")
+        check_bool(o, "tuner", self.tuner)
         check_range(o, "p99_target_s", self.p99_target_s, 0.0, 600.0, lo_open=True)
         check_range(o, "tuner_interval_s", self.tuner_interval_s, 0.0, 3600.0, lo_open=True)

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import ClassVar
 
-from common.validate import check_choice
-from serving.config.sections import MODEL_TASKS, _check_bool, _check_str
+from common.validate import check_bool, check_choice
+from serving.config.sections import MODEL_TASKS, _check_str
 from serving.model_source import EMBEDDED
 
 
@@ -44,7 +44,7 @@ class ModelSection:
         check_choice(self._owner, "task", self.task, MODEL_TASKS)
         if self.served_name is not None:
             _check_str(self._owner, "served_name", self.served_name, "null or a non-empty string")
-        _check_bool(self._owner, "trust_remote_code", self.trust_remote_code)
+        check_bool(self._owner, "trust_remote_code", self.trust_remote_code)
         object.__setattr__(self, "adapters", _check_adapters(self._owner, self))
 
     def __reduce__(self):  # MappingProxyType does not pickle; rebuild through validation

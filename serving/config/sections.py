@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 from common.tiers import TIERS
-from common.validate import check_choice, check_order, check_range
+from common.validate import check_bool, check_choice, check_order, check_range
 
 MODEL_TASKS = ("generate", "embed")  # embed: a single-pass model behind /v1/embeddings
 TIER_NAMES = TIERS  # ("interactive", "analytical", "offline"), in serving order
@@ -38,11 +38,6 @@ def _check_seconds(owner: str, name: str, value: Any, *, allow_zero: bool = Fals
 def _check_str(owner: str, name: str, value: Any, what: str = "a non-empty string") -> None:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{owner}.{name}={value!r} must be {what}")
-
-
-def _check_bool(owner: str, name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(f"{owner}.{name}={value!r} must be true or false")
 
 
 def _check_resources(owner: str, value: Any) -> Mapping[str, float]:
@@ -338,7 +333,7 @@ class ControllerSection:
         o = self._owner
         for name in ("interval_s", "forecast_lead_s", "stabilization_window_s", "time_scale"):
             _check_seconds(o, name, getattr(self, name))
-        _check_bool(o, "enabled", self.enabled)
+        check_bool(o, "enabled", self.enabled)
         check_choice(o, "scaler", self.scaler, SCALERS)
         _check_str(o, "app_name", self.app_name)
         if self.history_path is not None:

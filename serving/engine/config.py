@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from common.validate import check_choice, check_range
+from common.validate import check_bool, check_choice, check_range
 
 KVMode = Literal["reserve", "on_demand"]
 KV_MODES = ("reserve", "on_demand")
@@ -152,14 +152,8 @@ class EngineConfig:
         check_range(_OWNER, "on_demand_free_fraction", self.on_demand_free_fraction, 0.0, 0.5)
         if self.max_queue_wait_s is not None:
             check_range(_OWNER, "max_queue_wait_s", self.max_queue_wait_s, 0.0, None, lo_open=True)
-        if not isinstance(self.lean_forward, bool):
-            raise ValueError(f"{_OWNER}.lean_forward={self.lean_forward!r} must be true or false")
-        if not isinstance(self.prefix_caching, bool):
-            raise ValueError(
-                f"{_OWNER}.prefix_caching={self.prefix_caching!r} must be true or false"
-            )
-        if not isinstance(self.tuner, bool):
-            raise ValueError(f"{_OWNER}.tuner={self.tuner!r} must be true or false")
+        for name in ("lean_forward", "prefix_caching", "tuner"):
+            check_bool(_OWNER, name, getattr(self, name))
         check_range(_OWNER, "tuner_interval_s", self.tuner_interval_s, 0.0, 3600.0, lo_open=True)
         check_range(_OWNER, "max_loras", self.max_loras, 0, 256, integer=True)
         check_range(_OWNER, "max_lora_rank", self.max_lora_rank, 1, 512, integer=True)
