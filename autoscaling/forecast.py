@@ -9,6 +9,10 @@
 * level_ratio: observed mean rate over the last `level_window_s` / the profile over the same
   observations, clipped to `ratio_clip`. It carries the day's overall level (a busy Monday) into
   the shape learned from earlier days.
+* forecast(t) = profile_weight x that + (1 - profile_weight) x the rate of the last
+  `carry_window_s` carried along the profile's shape (profile(t) / profile(now)): the share that
+  trusts what is happening now, not the day's level, so that in a fall the forecast falls with
+  the rate instead of holding the level window's mean.
 * Missing windows (rate None or NaN, e.g. ServeGen's all-zero collection gaps) are not observed at
   all: they neither pull the profile down nor count as recent level. A bin missing on every profile
   day falls back to its neighbours, then to the recent level (last-value).
@@ -43,6 +47,8 @@ class ForecastConfig:
     # forecast = w x profile-shaped + (1 - w) x recent level: the profile's shape is trusted only
     # this much, because a day's shape repeats only partly (m-large: lag-24 h autocorr 0.09)
     profile_weight: float = 0.7
+    # the recent rate the (1 - profile_weight) share carries along the shape; 0: the level window
+    carry_window_s: float = 60.0
     max_history_days: int = 28
 
     def __post_init__(self) -> None:
@@ -57,13 +63,14 @@ class ForecastConfig:
         check_range(o, "ratio_clip[0]", lo, 0.0, 1.0, lo_open=True)
         check_range(o, "ratio_clip[1]", hi, 1.0, None)
         check_range(o, "profile_weight", self.profile_weight, 0.0, 1.0)
+        check_range(o, "carry_window_s", self.carry_window_s, 0.0, self.level_window_s)
         check_range(o, "max_history_days", self.max_history_days, 1, 365, integer=True)
 
 
 @dataclass(frozen=True, slots=True)
 class Forecast:
     rate_at_lead_rps: float  # forecast rate at now + lead
-    peak_rps: float  # max forecast over [now, now + lead + horizon], and at least the recent level
+    peak_rps: float  # max forecast over [now, now + lead + horizon]
     basis: str  # how it was made, for reasons and `status`
     level_rps: float = 0.0  # mean observed rate over the level window (0.0 without observations)
 
@@ -186,6 +193,12 @@ class Forecaster:
             return None
         return max(self._sums[0], 0.0) / len(self._recent)
 
+    def mean_rps(self, now_s: float, window_s: float) -> float | None:
+        """The mean of the rates observed over the last `window_s` (None: none observed; only
+        the last level window is kept)."""
+        pts = [r for t, r, _ in reversed(self._recent) if t > now_s - window_s]
+        return sum(pts) / len(pts) if pts else None
+
     def trend_rps(self, now_s: float, window_s: float, ahead_s: float) -> float | None:
         """The least-squares line through the rates observed over the last `window_s`, read
         `ahead_s` past now when it rises (a ramp under way continues over the cold start) and at
@@ -227,6 +240,9 @@ class Forecaster:
             basis = "last value (no profile yet)" if level is not None else "no data"
             return Forecast(last, last, basis, level or 0.0)
         w, last = self.cfg.profile_weight, level if level is not None else 0.0
+        if self.cfg.carry_window_s > 0:
+            carried = self.mean_rps(now_s, self.cfg.carry_window_s)
+            last = carried if carried is not None else last
         shape = self._shape(now_s, profile)
         filled = [
             w * p * ratio + (1 - w) * last * k if p is not None else last
@@ -234,7 +250,9 @@ class Forecaster:
         ]
         at_lead = self.profile_at(now_s + lead_s, now_s)
         at_lead = w * at_lead * ratio + (1 - w) * last if at_lead is not None else last
-        peak = max(max(filled), level or 0.0)
+        # not floored at the level window's mean: in a fall that mean is the past, and the
+        # policy's base already holds the rate seen now
+        peak = max(filled)
         weekly = self.history_days(now_s) >= self.cfg.weekly_min_days
         kind = "day-of-week+daily" if weekly else "daily"
         basis = f"{kind} profile x level {ratio:.2f}"

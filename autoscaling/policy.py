@@ -2,15 +2,20 @@
 
 The hot pool is constant (R5/R9). The cold pool follows the forecast:
 
-    base     = max(forecast peak over [now, now + lead + horizon], rate seen now,
-                   the recent trend: the observed rates' line over `trend_window_s`, read at
-                   now + lead when it rises; a ramp the profile did not foresee)
-    needed   = ceil(base x headroom / capacity)
+    base     = max(forecast peak over [now, now + lead + horizon], rate seen now (the mean over
+                   `rate_window_s`), the recent trend: the observed rates' line over
+                   `trend_window_s`, read at now + lead when it rises; a ramp the profile did
+                   not foresee)
+    planned  = max(base x headroom, base + queue margin)
+    needed   = ceil(planned / capacity)
     capacity = replica_capacity_rps, derated by adapter slot loads: 1 / (1/c + m), m the
                measured load seconds per request (a step waits while an adapter is written)
     headroom = learned online (autoscaling/headroom.py): an upper quantile of the forecast's own
                recent errors x the SLO's feedback; 1 / target_utilization (R6's safety factor)
                until it has scores
+    margin   = what Poisson arrivals at the base need so that the queue passes the emergency's
+               wait only `queue_tail_share` of the time (queue_margin_rps); the headroom covers
+               the forecast's error, the margin the randomness around a right forecast
     cold     = clamp(needed - hot, min_cold, max_cold)
     lead     = window override, else measured p95 cold start + margin, else cfg.lead_s
 
@@ -74,6 +79,8 @@ class Snapshot:
     adapter_miss_s_per_request: float = 0.0
     # the observed rates' recent line at now + lead when rising (cfg.trend_window_s); None: off
     trend_rps: float | None = None
+    # the rate's mean over cfg.rate_window_s, the plan's "rate seen now" (None: this tick's rate)
+    recent_rate_rps: float | None = None
 
     @property
     def cold_current(self) -> int:
@@ -137,6 +144,25 @@ def effective_capacity_rps(capacity_rps: float, miss_s_per_request: float) -> fl
     In one second the replica spends x * m seconds loading and serves at rate c in the rest:
     x = c * (1 - x * m), so x = c / (1 + c * m) = 1 / (1/c + m)."""
     return capacity_rps / (1.0 + capacity_rps * max(miss_s_per_request, 0.0))
+
+
+def queue_margin_rps(rate_rps: float, cfg: PolicyConfig) -> float:
+    """Capacity to keep above a rightly forecast rate for its arrivals' randomness.
+
+    A pool serving C requests/s to Poisson arrivals at rate r < C queues like a random walk with
+    drift r - C and variance r per second; its queue passes x with probability about
+    exp(-2 (C - r) x / r) (the heavy-traffic tail, Kingman). A wait past w (panic_queue_fraction
+    x ttft_slo_s, where the emergency starts) is a queue past w C, so holding it to a share e
+    (`queue_tail_share`) of the time needs (C - r) C = r ln(1 / e) / (2 w): about 3 requests/s at
+    e = 0.05 and w = 0.5 s for any rate above a few dozen per second, less below, 0 at 0. The
+    forecast's own error is the headroom's job; without this margin a headroom learned on
+    30 s means plans calm hours at 100% of capacity, where the queue of an exactly forecast rate
+    grows without bound."""
+    if cfg.queue_tail_share <= 0 or rate_rps <= 0:
+        return 0.0
+    k = math.log(1.0 / cfg.queue_tail_share) / (2.0 * cfg.panic_queue_fraction * cfg.ttft_slo_s)
+    half = rate_rps / 2.0
+    return half + math.sqrt(half * half + rate_rps * k) - rate_rps
 
 
 def _replicas_for(rate_rps: float, cfg: PolicyConfig, capacity_rps: float) -> int:
@@ -237,8 +263,15 @@ def decide(
     headroom = 1.0 / cfg.target_utilization if snap.headroom is None else snap.headroom
     # the plan's base: the forecast peak, and never below the rate seen this tick (a step up the
     # level window has not caught yet); the headroom learned for this base multiplies it
-    base_rps = max(fc.peak_rps, snap.rate_rps, snap.trend_rps or 0.0)
+    seen_rps = snap.rate_rps if snap.recent_rate_rps is None else snap.recent_rate_rps
+    base_rps = max(fc.peak_rps, seen_rps, snap.trend_rps or 0.0)
+    # the larger of the two risks: the forecast's error (the headroom) or, when the forecast is
+    # right, the arrivals' randomness around it (the queue margin)
+    margin_rps = queue_margin_rps(base_rps, cfg)
     planned_rps = base_rps * headroom
+    by_margin = cfg.queue_tail_share > 0 and base_rps + margin_rps > planned_rps
+    if by_margin:
+        planned_rps = base_rps + margin_rps
     capacity_rps = effective_capacity_rps(cfg.replica_capacity_rps, snap.adapter_miss_s_per_request)
     needed = math.ceil(planned_rps / capacity_rps - 1e-9)
     want = min(max(needed - hot, cfg.min_cold_replicas), cfg.max_cold_replicas)
@@ -247,6 +280,9 @@ def decide(
         f"{lead:.0f}+{cfg.horizon_s:.0f} s ({fc.basis}; headroom {snap.headroom_basis}) "
         f"needs {needed} replicas"
     )
+    if by_margin:
+        why += f" (queue margin +{margin_rps:.1f} rps: the headroom is below it)"
+
     if snap.trend_rps is not None and snap.trend_rps > max(fc.peak_rps, snap.rate_rps):
         why += f" (the recent trend {snap.trend_rps:.0f} rps is above the forecast)"
     if capacity_rps < cfg.replica_capacity_rps:

@@ -2,7 +2,7 @@
 
     forecaster.observe(now, rate); learner.observe(now, rate)    (scores plans now due)
     learner.feedback_on(now, rate, in distress: queue or refusals)  (the SLO's own feedback)
-    fc       = forecaster.predict(now, lead, horizon)
+    fc       = forecaster.predict(now, lead, horizon); the rate's recent mean and trend
     headroom = learner.headroom(now + lead)                     (the band the plan serves in)
     decision = decide(snapshot with fc and headroom, state, cfg, now)
     learner.expect(now + lead .. + horizon, base)                (scored when the span ends)
@@ -71,6 +71,7 @@ def tick(
     fc = forecaster.predict(now_s, lead, cfg.horizon_s)
     head = learner.headroom(now_s + lead)
     trend = forecaster.trend_rps(now_s, cfg.trend_window_s, lead) if cfg.trend_window_s else None
+    recent = forecaster.mean_rps(now_s, cfg.rate_window_s) if cfg.rate_window_s else None
     snap = Snapshot(
         hot_replicas=obs.hot_ready,
         cold_ready=obs.cold_ready,
@@ -87,6 +88,7 @@ def tick(
         offline_cold_replicas=obs.offline_cold_replicas,
         adapter_miss_s_per_request=miss_s,
         trend_rps=trend,
+        recent_rate_rps=recent,
     )
     decision, state = decide(snap, state, cfg, now_s)
     learner.expect(now_s + lead, now_s + lead + cfg.horizon_s, decision.details["base_rps"])

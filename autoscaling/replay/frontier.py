@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from autoscaling.forecast import Forecaster
 from autoscaling.policy import PolicyConfig
 from autoscaling.replay import episodes, judge
 from autoscaling.replay.baselines import (
@@ -132,7 +133,9 @@ def _controller(policy: str, value: float, prep: Prepared, cfg: PolicyConfig, sv
     if policy == "tideserve":
         head = replace(s.headroom, quantile=value)
         tcfg = _pools(prep, cfg, s, max_n)
-        ctl = TideserveController(tcfg, cold_start_p95_s=s.cold_start_s, headroom=head)
+        ctl = TideserveController(
+            tcfg, Forecaster(s.forecast), cold_start_p95_s=s.cold_start_s, headroom=head
+        )
         if len(prep.train_rates):
             ctl.train(prep.t0_s - len(prep.train_rates) * prep.bin_s, prep.bin_s, prep.train_rates)
         return ctl

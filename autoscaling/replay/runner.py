@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from autoscaling.forecast import ForecastConfig, Forecaster
 from autoscaling.headroom import HeadroomConfig
 from autoscaling.policy import PolicyConfig
 from autoscaling.replay import judge
@@ -65,6 +66,7 @@ class ReplaySettings:
     # held a sixth replica on m-large that cost 1.4% of its GPU-hours for no SLO gain)
     hot_quantile: float = 0.02
     headroom: HeadroomConfig = field(default_factory=HeadroomConfig)  # tideserve's learner
+    forecast: ForecastConfig = field(default_factory=ForecastConfig)  # tideserve's forecaster
     max_replicas_factor: float = 2.0  # every elastic policy may grow to this x the peak need
     offline: OfflineLoad | None = None  # a daily batch on the idle capacity (replay/offline.py)
     # a rate series' shape inside its windows (autoscaling/replay/arrivals.py): "steps" holds
@@ -150,7 +152,9 @@ def _controllers(prep: Prepared, cfg: PolicyConfig, service: ServiceModel, s: Re
             tcfg = PolicyConfig(
                 **{**_fields(cfg), "hot_replicas": hot, "max_cold_replicas": max(max_n - hot, 0)}
             )
-            ctl = TideserveController(tcfg, cold_start_p95_s=s.cold_start_s, headroom=s.headroom)
+            ctl = TideserveController(
+                tcfg, Forecaster(s.forecast), cold_start_p95_s=s.cold_start_s, headroom=s.headroom
+            )
             if len(prep.train_rates):
                 ctl.train(
                     prep.t0_s - len(prep.train_rates) * prep.bin_s, prep.bin_s, prep.train_rates

@@ -305,7 +305,7 @@ class ControllerSection:
 
     interval_s: float = 10.0  # seconds between two controller ticks
     forecast_lead_s: float = 900.0  # scale for the load forecast this far ahead
-    stabilization_window_s: float = 120.0  # scale down only after this long below target
+    stabilization_window_s: float = 60.0  # scale down only after this long below target
     cold_start_margin_s: float = 60.0  # extra lead for a cold replica to load and warm up
     # Time-of-day windows with their own lead (e.g. the noon peak 20 min ahead); disjoint.
     lead_overrides: tuple[LeadOverride, ...] = ()
@@ -313,6 +313,9 @@ class ControllerSection:
     # figure); the policy plans for replica_capacity_rps x target_utilization (R6 safety factor).
     replica_capacity_rps: float = 2.0
     target_utilization: float = 0.85  # the share of replica_capacity_rps planned for
+    # capacity kept above the plan so that its Poisson arrivals pass half the TTFT SLO's wait
+    # this share of the time (autoscaling/policy.queue_margin_rps); 0 turns the margin off
+    queue_tail_share: float = 0.05
     # A `controller:` section in cluster.yaml turns the forecast-driven cold pool on
     # (serving/config/app_config.py sets enabled unless the section says `enabled: false`).
     enabled: bool = False
@@ -342,6 +345,7 @@ class ControllerSection:
             _check_seconds(o, "clock_start_s", self.clock_start_s, allow_zero=True)
         check_range(o, "replica_capacity_rps", self.replica_capacity_rps, 0.0, 1e9, lo_open=True)
         check_range(o, "target_utilization", self.target_utilization, 0.0, 1.0, lo_open=True)
+        check_range(o, "queue_tail_share", self.queue_tail_share, 0.0, 0.5)
         _check_seconds(o, "cold_start_margin_s", self.cold_start_margin_s, allow_zero=True)
         overrides = self.lead_overrides
         if not isinstance(overrides, list | tuple) or not all(

@@ -158,3 +158,27 @@ def test_the_recent_trend_extends_a_rising_line_over_the_lead_and_holds_a_fallin
     few.observe(0.0, 1.0)
     few.observe(10.0, 2.0)
     assert few.trend_rps(10.0, 180.0, 180.0) is None  # two points make no trend
+
+
+def test_in_a_fall_the_forecast_carries_the_last_minute_not_the_level_windows_mean():
+    # Two flat days at 100 rps, then on day 3 the rate halves for the last two minutes: the
+    # level window's 20-minute mean still says about 95. The shape-carried share follows the
+    # last minute's 50 rps, so the forecast falls with the rate (the policy's base still holds
+    # the rate seen now); carry_window_s 0 keeps the level window's mean.
+    def run(cfg: ForecastConfig) -> Forecast:
+        f = fed(2.0, rate=lambda t: 100.0, cfg=cfg)
+        t0 = 2 * DAY + 3600.0
+        for i in range(120):
+            t = t0 + 10.0 * i
+            f.observe(t, 100.0 if i < 108 else 50.0)
+        return f.predict(t0 + 1190.0, 180.0, 60.0)
+
+    carried, level_mean = run(ForecastConfig()), run(ForecastConfig(carry_window_s=0.0))
+    assert carried.level_rps == pytest.approx(95.0)
+    assert level_mean.peak_rps == pytest.approx(95.0, rel=0.02)
+    assert carried.peak_rps < 0.9 * carried.level_rps
+
+
+def test_carry_window_is_range_checked():
+    with pytest.raises(ValueError, match=r"ForecastConfig.carry_window_s=2000.0 is out of range"):
+        ForecastConfig(carry_window_s=2000.0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from autoscaling.forecast import Forecast
@@ -14,6 +16,7 @@ from autoscaling.policy import (
     effective_capacity_rps,
     in_distress,
     lead_s_for,
+    queue_margin_rps,
 )
 from serving.config import AppConfig
 
@@ -26,7 +29,10 @@ CFG = PolicyConfig(
     ttft_slo_s=1.0,
     stabilization_window_s=600.0,
     panic_hold_s=60.0,
+    queue_tail_share=0.0,  # no queue margin here: its own tests below
 )
+MARGIN_CFG = PolicyConfig(**{**{k: getattr(CFG, k) for k in CFG.__dataclass_fields__},
+                             "queue_tail_share": 0.05})  # fmt: skip
 
 
 def snap(peak_rps: float, *, cold_ready: int = 0, rate_rps: float = 10.0, **kw) -> Snapshot:
@@ -49,10 +55,10 @@ def snap(peak_rps: float, *, cold_ready: int = 0, rate_rps: float = 10.0, **kw) 
     return Snapshot(**values)
 
 
-def run(snaps_at: list[tuple[float, Snapshot]]) -> list[Decision]:
+def run(snaps_at: list[tuple[float, Snapshot]], cfg: PolicyConfig = CFG) -> list[Decision]:
     state, out = PolicyState.initial(), []
     for now, s in snaps_at:
-        d, state = decide(s, state, CFG, now)
+        d, state = decide(s, state, cfg, now)
         out.append(d)
     return out
 
@@ -76,6 +82,46 @@ def test_learned_headroom_multiplies_the_forecast():
     (lower,) = run([(0.0, snap(40.0, headroom=0.8))])  # the forecast over-predicts: 32 rps
     assert (d.cold_target, lower.cold_target) == (3, 2)
     assert d.details["headroom"] == 1.25
+
+
+def test_queue_margin_is_what_poisson_arrivals_need_at_the_emergency_wait():
+    # (C - r) C = r ln(1/e) / (2 w), w = 0.5 x 1 s: about ln(20) = 3.0 rps at high rates
+    assert queue_margin_rps(0.0, MARGIN_CFG) == 0.0  # no traffic, no margin: scale-to-min holds
+    assert queue_margin_rps(100.0, CFG) == 0.0  # queue_tail_share 0: off
+    for rate in (1.0, 40.0, 1000.0):
+        m = queue_margin_rps(rate, MARGIN_CFG)
+        assert m * (rate + m) == pytest.approx(rate * math.log(20.0))
+    assert queue_margin_rps(1000.0, MARGIN_CFG) == pytest.approx(math.log(20.0), rel=0.01)
+    assert queue_margin_rps(1.0, MARGIN_CFG) < 1.5  # a trickle needs less than a flood
+
+
+def test_a_right_forecast_still_gets_the_queue_margin():
+    # 60 rps fills 6 replicas exactly; a learned headroom of 1.0 would plan them at 100%, where
+    # the queue of Poisson arrivals grows without bound. The margin (about 3 rps) asks for a 7th.
+    (bare,) = run([(0.0, snap(60.0, headroom=1.0))])
+    (d,) = run([(0.0, snap(60.0, headroom=1.0))], MARGIN_CFG)
+    assert (bare.needed_replicas, d.needed_replicas) == (6, 7)
+    assert "queue margin +2.9 rps" in d.reason
+    # a headroom larger than the margin is the plan; the margin is not added on top
+    (wide,) = run([(0.0, snap(40.0, headroom=1.25))], MARGIN_CFG)
+    assert wide.details["planned_rps"] == pytest.approx(50.0)
+    assert "queue margin" not in wide.reason
+
+
+def test_queue_tail_share_comes_from_cluster_yaml_and_is_range_checked():
+    app = AppConfig.from_args({"controller": {"queue_tail_share": 0.01}})
+    assert PolicyConfig.from_app_config(app).queue_tail_share == 0.01
+    with pytest.raises(ValueError, match=r"controller.queue_tail_share=0.7 is out of range"):
+        AppConfig.from_args({"controller": {"queue_tail_share": 0.7}})
+    with pytest.raises(ValueError, match=r"PolicyConfig.queue_tail_share=-0.1 is out of range"):
+        PolicyConfig(replica_capacity_rps=1.0, queue_tail_share=-0.1)
+
+
+def test_the_plan_takes_the_recent_mean_rate_not_the_last_tick_alone():
+    # a 10 s count 30% above its 30 s mean is mostly noise: the base takes the mean
+    (d,) = run([(0.0, snap(30.0, rate_rps=52.0, recent_rate_rps=40.0, headroom=1.0))])
+    (raw,) = run([(0.0, snap(30.0, rate_rps=52.0, headroom=1.0))])
+    assert (d.details["base_rps"], raw.details["base_rps"]) == (40.0, 52.0)
 
 
 def test_a_rising_trend_above_the_forecast_raises_the_plans_base():

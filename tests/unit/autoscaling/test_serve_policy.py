@@ -21,6 +21,7 @@ def app_args(history_path, **controller) -> dict:
         "controller": {
             "interval_s": 10.0,
             "replica_capacity_rps": 2.0,
+            "queue_tail_share": 0.0,  # these tests check the arithmetic without the margin
             "history_path": str(history_path),
             **controller,
         },

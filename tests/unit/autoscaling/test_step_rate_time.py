@@ -57,7 +57,7 @@ def test_a_late_report_of_the_level_before_a_ramp_is_not_read_as_a_drop():
 
 def test_a_rate_time_in_the_future_is_filed_now():
     f, learner = trained(), HeadroomLearner()
-    cfg = PolicyConfig(replica_capacity_rps=1.0)
+    cfg = PolicyConfig(replica_capacity_rps=1.0, queue_tail_share=0.0)  # the arithmetic alone
     now = 3 * DAY + 6 * 3600.0
     seen = step.Observed(1.0, 1, 0, 0, 0, 0.0, rate_at_s=now + 600.0)
     decision, _, fc = step.tick(f, learner, PolicyState(), cfg, seen, now)

@@ -65,5 +65,6 @@ def test_the_defaults_say_what_they_were_fit_on_and_name_real_settings():
         assert name in owners[owner].__dataclass_fields__, key
         assert fit_on  # every entry says something
     tuned = ("feedback_gain_per_s", "num_volatility_classes", "hot_quantile", "stabilization")
-    tuned += ("score_window_s", "score_training_windows", "trend_window_s")
+    tuned += ("score_window_s", "score_training_windows", "trend_window_s", "queue_tail_share")
+    tuned += ("rate_window_s", "carry_window_s")
     assert all(any(t in k for k in FIT_ON) for t in tuned)
