@@ -254,11 +254,8 @@ def _slow_scale_down(
     return target, why
 
 
-def decide(
-    snap: Snapshot, state: PolicyState, cfg: PolicyConfig, now_s: float
-) -> tuple[Decision, PolicyState]:
-    hot = cfg.hot_replicas
-    lead = lead_s_for(cfg, snap.cold_start_p95_s, snap.lead_s)
+def _plan(snap: Snapshot, cfg: PolicyConfig, lead_s: float) -> tuple[int, dict[str, float], str]:
+    """Replicas the forecast plan needs, the figures behind it, and why."""
     fc = snap.forecast
     headroom = 1.0 / cfg.target_utilization if snap.headroom is None else snap.headroom
     # the plan's base: the forecast peak, and never below the rate seen this tick (a step up the
@@ -274,15 +271,13 @@ def decide(
         planned_rps = base_rps + margin_rps
     capacity_rps = effective_capacity_rps(cfg.replica_capacity_rps, snap.adapter_miss_s_per_request)
     needed = math.ceil(planned_rps / capacity_rps - 1e-9)
-    want = min(max(needed - hot, cfg.min_cold_replicas), cfg.max_cold_replicas)
     why = (
         f"forecast peak {fc.peak_rps:.0f} rps x headroom {headroom:.2f} within "
-        f"{lead:.0f}+{cfg.horizon_s:.0f} s ({fc.basis}; headroom {snap.headroom_basis}) "
+        f"{lead_s:.0f}+{cfg.horizon_s:.0f} s ({fc.basis}; headroom {snap.headroom_basis}) "
         f"needs {needed} replicas"
     )
     if by_margin:
         why += f" (queue margin +{margin_rps:.1f} rps: the headroom is below it)"
-
     if snap.trend_rps is not None and snap.trend_rps > max(fc.peak_rps, snap.rate_rps):
         why += f" (the recent trend {snap.trend_rps:.0f} rps is above the forecast)"
     if capacity_rps < cfg.replica_capacity_rps:
@@ -291,6 +286,22 @@ def decide(
             f"{1000 * snap.adapter_miss_s_per_request:.0f} ms/request derate "
             f"{cfg.replica_capacity_rps:.3g})"
         )
+    details = {
+        "planned_rps": planned_rps,
+        "base_rps": base_rps,
+        "headroom": headroom,
+        "capacity_rps": capacity_rps,
+    }
+    return needed, details, why
+
+
+def decide(
+    snap: Snapshot, state: PolicyState, cfg: PolicyConfig, now_s: float
+) -> tuple[Decision, PolicyState]:
+    hot = cfg.hot_replicas
+    lead = lead_s_for(cfg, snap.cold_start_p95_s, snap.lead_s)
+    needed, details, why = _plan(snap, cfg, lead)
+    want = min(max(needed - hot, cfg.min_cold_replicas), cfg.max_cold_replicas)
     emergency = _emergency_need(snap, cfg)
     panic_until = state.panic_until_s
     if emergency is not None:
@@ -315,12 +326,7 @@ def decide(
         emergency=emergency is not None,
         lead_s=lead,
         needed_replicas=needed if emergency is None else emergency[0],
-        details={
-            "planned_rps": planned_rps,
-            "base_rps": base_rps,
-            "headroom": headroom,
-            "capacity_rps": capacity_rps,
-        },
+        details=details,
     )
     new_state = replace(state, recent=recent, panic_until_s=panic_until, cold_target=target)
     return decision, new_state
