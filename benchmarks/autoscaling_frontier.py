@@ -15,6 +15,8 @@ interpolated; none when never reached), and reactive's violations at tideserve's
 present_rate_reference: the same ratio for decide() told each window's true rate with a fixed
 headroom multiple (autoscaling/replay/reference.py), a yardstick with hindsight of the present,
 not a baseline (neither it nor the oracle counts among T2's baselines, docs/autoscaling.md).
+rate_oracle, another yardstick, knows the rate curve the arrivals are drawn from (not the draws)
+and holds what its next cold start needs plus the queue margin: what any forecast could buy.
 violation_episodes (autoscaling/replay/episodes.py): for tideserve's default and the reactive
 point nearest its GPU-hours, the share of violations in episodes that follow a step up of the
 trace's 10-minute rate, and how long those last against one tick plus one cold start.
@@ -62,7 +64,7 @@ TTFT_SLO_S = 1.0
 TRACES = ("m-small", "m-large")
 SLOS = (0.995, 0.999)
 # hindsight no controller has: not baselines to beat, yardsticks (autoscaling/replay/frontier.py)
-REFERENCES = ("oracle", "present_rate", "next_window")
+REFERENCES = ("oracle", "present_rate", "next_window", "rate_oracle")
 # the traces folder's other shapes, and why they are not in the frontier
 NOT_REPLAYED = {
     "azure_llm_2023_conv, azure_llm_2023_code": "one hour each: no training days to learn from"

@@ -15,7 +15,9 @@ candidate's tideserve swept over its headroom quantile, both read where their fr
 multiple of the oracle's GPU-hours; and the candidate at its default quantile (T1). Knative and
 the oracle do not depend on the candidate and run once per split. A candidate is judged as the
 other tuning runs are, by its share of replays meeting T1, then by the splits where it needs fewer
-GPU-hours than Knative, then by its mean cost to 99.5%.
+GPU-hours than Knative, then by its mean cost to 99.5%. Beside them, T3a's statistic on these
+days: Knative's violation-minutes at the default quantile's GPU-hours minus the candidate's, per
+judged day (autoscaling/replay/judge.py), with a 95% interval over every split's days.
 --quick: the shared traces' two splits, one seed, two candidates.
 """
 
@@ -34,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from autoscaling.forecast import ForecastConfig
 from autoscaling.headroom import HeadroomConfig
 from autoscaling.policy import PolicyConfig
+from autoscaling.replay import judge
 from autoscaling.replay.frontier import Sweep, gpu_hours_to_reach, run_sweeps
 from autoscaling.replay.protocol import validation_splits
 from autoscaling.replay.runner import ReplaySettings, prepare
@@ -66,6 +69,10 @@ CANDIDATES: dict[str, tuple[dict, dict, dict]] = {
     ),
     # a plan for the lead alone, 30 s past the cold start, held 60 s on the way down
     "short_plan": ({}, {"cold_start_margin_s": 30.0, "horizon_s": 0.0}, {}),
+    # a ramp seen sooner: the trend's line over 120 s, not 180 s
+    "trend_120": ({}, {"trend_window_s": 120.0}, {}),
+    # a wider queue margin: the queue past half the SLO 1% of the time, not 5%
+    "tail_0_01": ({}, {"queue_tail_share": 0.01}, {}),
 }
 
 
@@ -116,6 +123,11 @@ def run_split(split, seed: int, names: list[str], jobs: int) -> list[dict]:
             },
             "frontier": [[r["value"], r["slo_attainment"], r["gpu_hours"] / oracle] for r in rows],
         }
+        # T3a's statistic on validation: Knative at the default's GPU-hours, per day, minus it
+        diffs = judge.day_differences([at_default], [ref["knative"]])
+        row["violation_minutes_fewer_than_knative_by_day"] = (
+            None if diffs is None else diffs.tolist()
+        )
         d = row["default_quantile"]
         d["t1"] = d["slo_attainment"] >= SLO and d["gpu_hours_over_oracle"] <= 1.15
         kn = "none" if knative is None else f"{knative:.3f}"
@@ -124,6 +136,19 @@ def run_split(split, seed: int, names: list[str], jobs: int) -> list[dict]:
             f"{d['gpu_hours_over_oracle']:.3f}x")  # fmt: skip
         out.append(row)
     return out
+
+
+def _days_ci(rows: list[dict]) -> dict | None:
+    """Mean and 95% interval over the splits' days (each split's seeds averaged per day, as
+    targets.across_seeds does); None when some split's Knative sweep missed the default's cost."""
+    by_split: dict[str, list[list[float]]] = {}
+    for r in rows:
+        days = r.get("violation_minutes_fewer_than_knative_by_day")
+        if days is None:
+            return None
+        by_split.setdefault(r["split"], []).append(days)
+    days = [d for seeds in by_split.values() for d in np.mean(seeds, axis=0).tolist()]
+    return judge.mean_ci95(days) if days else None
 
 
 def summarise(rows: list[dict], names: list[str]) -> dict:
@@ -137,6 +162,8 @@ def summarise(rows: list[dict], names: list[str]) -> dict:
             "mean_to_99_5_over_oracle": float(np.mean([c for c in costs if c is not None])),
             "num_never_reaching_99_5": sum(c is None for c in costs),
             "t1_share": float(np.mean([r["default_quantile"]["t1"] for r in mine])),
+            # T3a on validation: every judged day of every split, Knative at equal cost minus it
+            "violation_minutes_fewer_than_knative_per_day": _days_ci(mine),
         }
         print(name, summary[name])
     kn = [r["knative_to_99_5_over_oracle"] for r in rows if r["candidate"] == names[0]]

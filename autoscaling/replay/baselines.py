@@ -14,6 +14,9 @@
   capacity for any second of [t, t + cold_start + interval] (a replica needed later must start
   now). A clairvoyant plan with zero SLO violations, the cheapest such plan in a replay; not a
   lower bound on GPU-hours, since the SLO tolerates short queues that it never lets form.
+* rate_oracle: knows the rate curve ahead (not the arrivals drawn from it) and holds what its
+  highest rate over the same look-ahead needs, plus the queue margin for that rate's Poisson
+  arrivals: the yardstick for any forecast of the rate, however good.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from collections import deque
 
 import numpy as np
 
+from autoscaling.policy import PolicyConfig, queue_margin_rps
 from autoscaling.replay.sim import Observation, Targets
 
 
@@ -143,22 +147,48 @@ class KnativeController:
         return Targets(self._total - 1, "knative", now_s < self._panic_until, load)
 
 
+def _most_ahead(need: np.ndarray, lookahead_s: int) -> np.ndarray:
+    """ahead[i] = max need over [i, i + lookahead_s], by doubling: after each pass ahead[i]
+    covers [i, i + span - 1]; O(n log lookahead)."""
+    ahead, span = need.copy(), 1
+    while span <= lookahead_s:
+        step = min(span, lookahead_s + 1 - span)
+        ahead[:-step] = np.maximum(ahead[:-step], ahead[step:])
+        span += step
+    return ahead
+
+
 class OracleController:
     def __init__(
         self, name: str, arrivals: np.ndarray, t0_s: float, capacity_rps: float, lookahead_s: int
     ) -> None:
         self.name, self.hot_replicas = name, 0
         need = np.ceil(arrivals / capacity_rps - 1e-9)
-        # ahead[i] = max need over [i, i + lookahead_s], by doubling: after each pass ahead[i]
-        # covers [i, i + span - 1]; O(n log lookahead).
-        ahead, span = need.copy(), 1
-        while span <= lookahead_s:
-            step = min(span, lookahead_s + 1 - span)
-            ahead[:-step] = np.maximum(ahead[:-step], ahead[step:])
-            span += step
-        self._ahead, self._t0 = ahead, t0_s
+        self._ahead, self._t0 = _most_ahead(need, lookahead_s), t0_s
 
     def tick(self, now_s: float, obs: Observation) -> Targets:
         i = min(int(now_s - self._t0), len(self._ahead) - 1)
         n = int(self._ahead[i])
-        return Targets(n, "oracle", forecast_rps=float(n))
+        return Targets(n, self.name, forecast_rps=float(n))
+
+
+class RateOracleController(OracleController):
+    """Knows the rate curve the arrivals are drawn from (every future second's mean, not the
+    draws): at t it holds the replicas that the highest rate of [t, t + lookahead_s] needs with
+    the queue margin of `queue_tail_share` (policy.queue_margin_rps), the knob swept. The best
+    any forecast of the rate could do with that margin: what it misses is the arrivals'
+    randomness around a perfectly known rate."""
+
+    def __init__(
+        self,
+        name: str,
+        rate_s: np.ndarray,
+        t0_s: float,
+        capacity_rps: float,
+        lookahead_s: int,
+        cfg: PolicyConfig,
+    ) -> None:
+        self.name, self.hot_replicas = name, 0
+        margin = np.vectorize(lambda r: queue_margin_rps(float(r), cfg))(rate_s)
+        need = np.ceil((rate_s + margin) / capacity_rps - 1e-9)
+        self._ahead, self._t0 = _most_ahead(need, lookahead_s), t0_s

@@ -11,6 +11,8 @@ Each policy has a single knob that trades GPU-hours for SLO attainment:
     next_window  the same, also told the next window's mean one tick plus one cold start before
                  its edge: the upper yardstick, which no window edge surprises
     oracle       no knob: knows the future, holds exactly what each second needs
+    rate_oracle  a reference: knows the rate curve ahead (not the arrivals), holds what its
+                 highest rate over a cold start needs plus the queue margin of the swept tail
 
 Concurrency targets are in requests in flight per replica; one replica at capacity holds
 replica_capacity_rps x mean_e2e_s of them (Little's law), which is how they map onto the replay's
@@ -34,6 +36,7 @@ from autoscaling.replay import episodes, judge
 from autoscaling.replay.baselines import (
     KnativeController,
     OracleController,
+    RateOracleController,
     ReactiveController,
     replicas_for,
 )
@@ -75,13 +78,18 @@ def default_sweeps(service: ServiceModel, level: str) -> tuple[Sweep, ...]:
     kn_utils = (0.8, 0.85, 0.875, 0.9) if seeds else utils
     kn_targets = tuple(round(u * full, 1) for u in kn_utils)
     fractions = (0.5, 0.7, 0.9) if quick else (0.5, 0.7, 0.8, 0.9, 1.0)
-    fractions = (0.7, 0.9) if seeds else fractions
+    # seeds: the rule's points span tideserve's cost (0.2-0.5), so T3a compares it at equal
+    # GPU-hours, and R6's 0.7
+    fractions = (0.2, 0.35, 0.5, 0.7) if seeds else fractions
     quantiles = (0.9, 0.99, 0.995) if quick else (0.95, 0.98, 0.99, 0.995, 0.998, 0.999)
     quantiles = (0.98, 0.99, 0.993, 0.995) if seeds else quantiles
     multiples = (1.2, 1.4, 1.6) if quick else (1.2, 1.3, 1.4, 1.5, 1.6, 1.8)
     multiples = (1.2,) if seeds else multiples
     ahead = (1.1, 1.2, 1.4) if quick else (1.05, 1.1, 1.2, 1.3, 1.4)
-    ahead = (1.1,) if seeds else ahead
+    ahead = (1.1, 1.2) if seeds else ahead
+    # the rate oracle's queue-tail share: 0.5 plans almost at the rate, 5e-4 ~4x the margin of 0.05
+    tails = (0.5, 0.05, 0.005) if quick else (0.5, 0.2, 0.05, 0.01, 0.001)
+    tails = (0.5, 0.05, 0.005, 0.0005) if seeds else tails
     reactive = targets if seeds else (RAY_DEFAULT_TARGET_ONGOING, *targets)
     return (
         Sweep(
@@ -96,6 +104,7 @@ def default_sweeps(service: ServiceModel, level: str) -> tuple[Sweep, ...]:
         Sweep("present_rate", "fixed_headroom", multiples),
         Sweep("next_window", "fixed_headroom", ahead),
         Sweep("oracle", "none", (0.0,)),
+        Sweep("rate_oracle", "queue_tail_share", tails),
     )
 
 
@@ -142,6 +151,10 @@ def _controller(policy: str, value: float, prep: Prepared, cfg: PolicyConfig, sv
     if policy == "oracle":
         look = int(s.cold_start_s) + s.interval_s
         return OracleController(policy, prep.arrivals, prep.t0_s, cap, look)
+    if policy == "rate_oracle":
+        look = int(s.cold_start_s) + s.interval_s
+        tail = replace(cfg, queue_tail_share=value)
+        return RateOracleController(policy, prep.rate_s, prep.t0_s, cap, look, tail)
     raise ValueError(f"policy={policy!r} has no frontier sweep")
 
 

@@ -10,12 +10,15 @@ COLOURS = {
     "present_rate": "tab:grey",
     "next_window": "tab:olive",
     "oracle": "black",
+    "rate_oracle": "tab:brown",
 }
 
 LABELS = {
     "present_rate": "present_rate (reference: true rate x fixed headroom)",
     "next_window": "next_window (reference: told the next window a cold start ahead)",
+    "rate_oracle": "rate_oracle (reference: knows the rate curve ahead, not the arrivals)",
 }
+DASHES = {"present_rate": "--", "next_window": ":", "rate_oracle": "-."}  # hindsight yardsticks
 
 
 def _violation_share(row: dict) -> float:
@@ -40,8 +43,8 @@ def plot_frontier(reports: list[dict], path: str) -> None:
             style = dict(
                 marker="o", ms=4, color=COLOURS.get(policy), label=LABELS.get(policy, policy)
             )
-            if policy in ("present_rate", "next_window"):  # yardsticks with hindsight
-                style["ls"] = "--" if policy == "present_rate" else ":"
+            if policy in DASHES:
+                style["ls"] = DASHES[policy]
             ax.plot(xs, ys, lw=2.0 if policy == "tideserve" else 1.0, **style)
             for r, x, y in zip(rows, xs, ys, strict=True):
                 if "default" in r["label"] or "R6" in r["label"] or r.get("is_default"):

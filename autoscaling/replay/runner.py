@@ -96,6 +96,7 @@ class Prepared:
     scale: float
     peak_rps: float  # the judged span's highest window rate, scaled
     bin_s: int  # the trace's window (train_rates are its means): its rate steps at these edges
+    rate_s: np.ndarray  # judged span, per second: the mean rate the arrivals are drawn from
 
 
 def prepare(trace: RateTrace, cfg: PolicyConfig, s: ReplaySettings) -> Prepared:
@@ -125,11 +126,12 @@ def prepare(trace: RateTrace, cfg: PolicyConfig, s: ReplaySettings) -> Prepared:
         scored = ~gap[n_train * rep : n_end * rep]
     else:
         arrivals = np.repeat(trace.gaps_filled()[n_train:n_end] * scale, rep)
+        rate_s = arrivals
         scored = np.repeat(~np.isnan(judged), rep)
         train = trace.rates_rps[:n_train] * scale
     observed = np.where(scored, arrivals, np.nan)
     t0 = trace.start_s + n_train * trace.bin_s
-    return Prepared(arrivals, observed, scored, train, t0, scale, peak * scale, rep)
+    return Prepared(arrivals, observed, scored, train, t0, scale, peak * scale, rep, rate_s)
 
 
 def _controllers(prep: Prepared, cfg: PolicyConfig, service: ServiceModel, s: ReplaySettings):

@@ -22,7 +22,7 @@ import numpy as np
 from autoscaling.replay import judge
 
 BASELINES = ("reactive", "knative", "rule_70_30")
-REFERENCES = ("oracle", "present_rate", "next_window")
+REFERENCES = ("oracle", "present_rate", "next_window", "rate_oracle")
 SLO = 0.995
 T1_MAX_OVER_ORACLE = 1.15
 T3B_MIN_SAVING = 0.10
@@ -45,7 +45,7 @@ def seed_targets(
     best = min(base_reach.values(), default=None)
     ts_reach = reach["tideserve"]
     minutes = {}
-    for p in (*BASELINES, "present_rate", "next_window"):
+    for p in (*BASELINES, *REFERENCES[1:]):
         if p in sweeps:
             at = judge.at_gpu_hours(sweeps[p], ts["gpu_hours"], "violation_minutes")
             minutes[p] = None if at is None else float(at.sum())
@@ -70,7 +70,7 @@ def across_seeds(per_seed: list[dict[str, list[dict]]], default_q: float, per_se
     """Every target over all seeds; T3a on the per-day violation-minute differences."""
     ts_rows = [default_row(sw, default_q) for sw in per_seed]
     t3a = {}
-    for p in (*BASELINES, "present_rate", "next_window"):
+    for p in (*BASELINES, *REFERENCES[1:]):
         if not all(p in sw for sw in per_seed):
             continue
         diffs = judge.day_differences(ts_rows, [sw[p] for sw in per_seed])

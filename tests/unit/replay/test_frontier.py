@@ -49,7 +49,7 @@ def test_violations_at_equal_gpu_hours_are_log_interpolated():
 def test_every_policy_sweeps_one_knob_and_reactive_includes_rays_default():
     sweeps = {s.policy: s for s in default_sweeps(ServiceModel(20.0, mean_e2e_s=10.0), "full")}
     assert set(sweeps) == {"reactive", "knative", "rule_70_30", "tideserve", "oracle",
-                           "present_rate", "next_window"}  # fmt: skip
+                           "present_rate", "next_window", "rate_oracle"}  # fmt: skip
     reactive = sweeps["reactive"]
     assert reactive.knob == "target_ongoing_requests" and 2.0 in reactive.values
     assert "Ray default" in reactive.labels[2.0]
@@ -68,6 +68,8 @@ def test_the_per_seed_sweep_spans_the_targets_costs_with_fewer_points():
     assert {0.99, 0.993} <= set(seeds["tideserve"].values)
     assert {170.0, 175.0, 180.0} <= set(seeds["knative"].values)
     assert 2.0 not in seeds["reactive"].values  # Ray's default costs 5x: off every target
+    # the 70/30 rule reaches below tideserve's cost (T3a compares at equal GPU-hours) and keeps R6
+    assert min(seeds["rule_70_30"].values) <= 0.2 and 0.7 in seeds["rule_70_30"].values
     assert sum(len(s.values) for s in seeds.values()) < sum(len(s.values) for s in full.values())
     with pytest.raises(ValueError, match="sweep level='most'"):
         default_sweeps(svc, "most")

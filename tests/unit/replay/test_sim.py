@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 
 from autoscaling.cli import main
 from autoscaling.policy import PolicyConfig
-from autoscaling.replay.baselines import OracleController, StaticController
+from autoscaling.replay.baselines import OracleController, RateOracleController, StaticController
 from autoscaling.replay.runner import POLICIES, ReplaySettings, run_replay
 from autoscaling.replay.service import ServiceModel
 from autoscaling.replay.sim import Observation, Targets, simulate
@@ -106,6 +107,27 @@ def test_oracle_holds_what_the_next_cold_start_window_needs():
     assert res.ready[200:].min() >= 3
     assert res.queue.max() == 0.0
     assert res.replicas[:70].max() == 0  # nothing held before it is needed
+
+
+def test_the_rate_oracle_holds_the_known_rates_need_plus_its_queue_margin_not_the_draws():
+    rate = np.full(400, 25.0)
+    rate[250:] = 45.0
+    draws = np.random.default_rng(0).poisson(rate).astype(float)
+    cfg = PolicyConfig(replica_capacity_rps=10.0, ttft_slo_s=1.0)
+    loose = RateOracleController("r", rate, 0.0, 10.0, 130, replace(cfg, queue_tail_share=0.5))
+    tight = RateOracleController("r", rate, 0.0, 10.0, 130, replace(cfg, queue_tail_share=1e-6))
+    obs = Observation(None, 0.0, 0.0, 0, 0, 0)
+
+    def held(ctl, t):
+        return ctl.tick(t, obs).cold
+
+    # 25 rps + a 0.7 rps margin: 3 replicas; from 250 s - 130 s on, 45 rps + 0.7: 5
+    assert (held(loose, 0), held(loose, 119), held(loose, 120), held(loose, 399)) == (3, 3, 5, 5)
+    # a one-in-a-million queue tail needs 9.9 rps more at 25 rps: 4 replicas, then 6
+    assert (held(tight, 0), held(tight, 399)) == (4, 6)
+    # it knows the rate, not the draws: the per-second oracle of the draws holds for their peaks
+    by_draws = OracleController("oracle", draws, 0.0, 10.0, lookahead_s=130)
+    assert held(by_draws, 0) > held(loose, 0)
 
 
 def test_servegen_gaps_load_as_missing_and_azure_as_per_second_counts():
