@@ -11,7 +11,7 @@ as a forecast error would buy headroom for it in every hour.
 
 Scores are kept for `window_s` (7 days), each with the forecast it judged (the traffic at stake)
 and the traffic's recent volatility when the plan was made (autoscaling/volatility.py: the mean
-jump between 10-minute means over the last hour). They are grouped (Mondrian conformal) into
+jump between 10-minute means over the last half hour). They are grouped (Mondrian conformal) into
 `num_volatility_classes` classes of that volatility, split at its own terciles over the window,
 and optionally into `num_bands` time-of-day bands. The SLO's budget, 1 - `quantile` of the
 traffic, is spent across groups where it saves the most (autoscaling/headroom_alloc.py): with
@@ -20,7 +20,7 @@ of the traffic, a calm hour is planned with calm hours' errors and a jumpy one w
 and a group with rare, huge surprises is not made to cover them at any price.
 
 Why volatility and not time of day by default: jumps cluster in time (a jumpy hour is followed by
-another), so the last hour's volatility tells more about the next jump than the clock does. On
+another), so the last half hour's volatility tells more about the next jump than the clock does. On
 the frontier replay (benchmarks/autoscaling_frontier.py) three volatility classes and one band
 beat six 4-hour bands on both traces (docs/autoscaling.md#the-frontier-slo-against-gpu-hours).
 A trace with bigger surprises gets more headroom by itself, a calm one less, with the same
@@ -70,7 +70,7 @@ class HeadroomConfig:
     # time-of-day bands (1: none); volatility classes explain the errors better (module doc)
     num_bands: int = 1
     num_volatility_classes: int = 3  # classes of recent volatility (1: not grouped by it)
-    volatility_num_jumps: int = 6  # volatility over the last 6 jumps of 10-minute means: an hour
+    volatility_num_jumps: int = 3  # the last 3 jumps of 10-minute means: half an hour
     window_s: float = 7 * _DAY_S  # scores older than this drop out (a week: every weekday)
     min_scores: int = 50  # per group before the group's own quantile is used
     clip: tuple[float, float] = (0.5, 4.0)

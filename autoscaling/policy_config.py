@@ -23,10 +23,21 @@ from common.validate import check_order, check_range
 _TEST_DAYS = "the shared traces' days 8-14 (the test set; chosen before the protocol)"
 FIT_ON: dict[str, str] = {
     "HeadroomConfig.quantile": "not fit: the SLO's target share (99.5%)",
-    "HeadroomConfig.num_volatility_classes": f"{_TEST_DAYS}, one seed, held-mean replay",
-    "HeadroomConfig.volatility_num_jumps": f"{_TEST_DAYS}, one seed, held-mean replay",
+    "HeadroomConfig.num_volatility_classes": (
+        f"{_TEST_DAYS}, one seed, held-mean replay; kept on the validation splits, seed 0, "
+        "interpolated replay: 3 against 1 and 5 (autoscaling_validation_frontier_refit.json)"
+    ),
+    "HeadroomConfig.volatility_num_jumps": (
+        "validation splits only, seeds 0 and 1, interpolated replay: 3 jumps (half an hour) "
+        "against 6, the earlier default fit on the test days, and 12 "
+        "(autoscaling_validation_frontier_refit.json, _refit_seed1.json)"
+    ),
     "HeadroomConfig.num_bands": f"{_TEST_DAYS}, one seed, held-mean replay",
-    "HeadroomConfig.feedback_gain_per_s": f"{_TEST_DAYS}, one seed, held-mean replay",
+    "HeadroomConfig.feedback_gain_per_s": (
+        f"{_TEST_DAYS}, one seed, held-mean replay; kept on the validation splits, seed 0, "
+        "interpolated replay: 1e-4 against 3e-5 and 3e-4 "
+        "(autoscaling_validation_frontier_refit.json)"
+    ),
     "HeadroomConfig.window_s": "not fit: a week, so every weekday is in it",
     "ForecastConfig.profile_weight": "all 14 days of both shared traces (forecast accuracy)",
     "ReplaySettings.hot_quantile": f"{_TEST_DAYS}, seeds 0-2, held-mean replay",

@@ -73,6 +73,15 @@ CANDIDATES: dict[str, tuple[dict, dict, dict]] = {
     "trend_120": ({}, {"trend_window_s": 120.0}, {}),
     # a wider queue margin: the queue past half the SLO 1% of the time, not 5%
     "tail_0_01": ({}, {"queue_tail_share": 0.01}, {}),
+    # the headroom settings chosen on the test days before the protocol, refit here: the
+    # volatility classes (none, five), the volatility's span (3 and 12 jumps of 10-minute means
+    # against 6) and the SLO feedback's gain (a third and three times 1e-4)
+    "classes_1": ({"num_volatility_classes": 1}, {}, {}),
+    "classes_5": ({"num_volatility_classes": 5}, {}, {}),
+    "jumps_3": ({"volatility_num_jumps": 3}, {}, {}),
+    "jumps_12": ({"volatility_num_jumps": 12}, {}, {}),
+    "gain_3e-5": ({"feedback_gain_per_s": 3e-5}, {}, {}),
+    "gain_3e-4": ({"feedback_gain_per_s": 3e-4}, {}, {}),
 }
 
 

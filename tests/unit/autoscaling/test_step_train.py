@@ -14,8 +14,8 @@ BIN_S = 600.0
 
 
 def week_of_windows() -> list[float | None]:
-    """Seven days of 10-minute means: 100 rps, 180 at every sixth window (jumps to learn)."""
-    return [180.0 if i % 6 == 5 else 100.0 for i in range(7 * 144)]
+    """Seven days of 10-minute means: 100 rps, 180 at every third window (jumps to learn)."""
+    return [180.0 if i % 3 == 2 else 100.0 for i in range(7 * 144)]
 
 
 def trained(**headroom) -> tuple[Forecaster, HeadroomLearner]:
