@@ -32,15 +32,28 @@ FIT_ON: dict[str, str] = {
         "against 6, the earlier default fit on the test days, and 12 "
         "(autoscaling_validation_frontier_refit.json, _refit_seed1.json)"
     ),
-    "HeadroomConfig.num_bands": f"{_TEST_DAYS}, one seed, held-mean replay",
+    "HeadroomConfig.num_bands": (
+        f"{_TEST_DAYS}, one seed, held-mean replay; kept on the validation splits, seed 0, "
+        "interpolated replay: 1 against 2 and 6 "
+        "(autoscaling_validation_frontier_bands_profile.json)"
+    ),
     "HeadroomConfig.feedback_gain_per_s": (
         f"{_TEST_DAYS}, one seed, held-mean replay; kept on the validation splits, seed 0, "
         "interpolated replay: 1e-4 against 3e-5 and 3e-4 "
         "(autoscaling_validation_frontier_refit.json)"
     ),
     "HeadroomConfig.window_s": "not fit: a week, so every weekday is in it",
-    "ForecastConfig.profile_weight": "all 14 days of both shared traces (forecast accuracy)",
-    "ReplaySettings.hot_quantile": f"{_TEST_DAYS}, seeds 0-2, held-mean replay",
+    "ForecastConfig.profile_weight": (
+        "validation splits only, seeds 0 and 1, interpolated replay: 0.5 against 0.3, 0.9 "
+        "and 0.7, the earlier default fit on all 14 days of both shared traces "
+        "(autoscaling_validation_frontier_bands_profile.json, _profile_0_3.json, "
+        "_profile_seed1.json)"
+    ),
+    "ReplaySettings.hot_quantile": (
+        f"{_TEST_DAYS}, seeds 0-2, held-mean replay; kept on the validation splits, seed 0: "
+        "the 1st percentile and the minimum cost within 0.2% of it "
+        "(autoscaling_validation_hot_pool.json)"
+    ),
     "PolicyConfig.stabilization_window_s": (
         "validation splits only (the four shapes' rolling origins and the shared traces' "
         "training week), seed 0, interpolated replay: 60 s with the queue margin and the 30 s "

@@ -66,5 +66,5 @@ def test_the_defaults_say_what_they_were_fit_on_and_name_real_settings():
         assert fit_on  # every entry says something
     tuned = ("feedback_gain_per_s", "num_volatility_classes", "hot_quantile", "stabilization")
     tuned += ("score_window_s", "score_training_windows", "trend_window_s", "queue_tail_share")
-    tuned += ("rate_window_s", "carry_window_s")
+    tuned += ("rate_window_s", "carry_window_s", "profile_weight", "num_bands")
     assert all(any(t in k for k in FIT_ON) for t in tuned)
