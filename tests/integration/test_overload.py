@@ -63,9 +63,11 @@ def test_three_times_capacity_gets_429s_and_the_admitted_keep_their_slo(served):
     # ingress and this client (about 14 ms together on a machine whose probe measured 20 rps),
     # and here they share 2 cores with the replicas: at 3x of 20 rps that took a third of the
     # replicas' CPU, and goodput fell to 0.55x of 1x's. So the work the replicas do per core
-    # they get must hold (0.9x over 60 s in the benchmark; 12 s windows are noisier), and the
-    # goodput itself must not collapse.
-    assert _goodput_per_replica_core(at_3x) >= 0.75 * _goodput_per_replica_core(at_1x), (
+    # they get must hold (0.9x over 60 s in the benchmark), and the goodput itself must not
+    # collapse. 12 s windows are noisier: 1x's own goodput per core varied 7.7-11.4 rps over
+    # three runs on one Intel Xeon (its batches fill when the probe reads high), and the ratio
+    # 0.69-0.88, so the bound is 0.6x: a collapse, not a noisy window, fails it.
+    assert _goodput_per_replica_core(at_3x) >= 0.6 * _goodput_per_replica_core(at_1x), (
         at_1x,
         at_3x,
     )
