@@ -84,7 +84,7 @@ CANDIDATES: dict[str, tuple[dict, dict, dict]] = {
     "gain_3e-4": ({"feedback_gain_per_s": 3e-4}, {}, {}),
     # the last two fit on the test days, refit here: time-of-day bands on top of the classes
     # (two 12-hour and six 4-hour bands against none) and the forecast's weight on the
-    # profile against the recent rate (0.5 and 0.9 against 0.7)
+    # profile against the recent rate (0.3, 0.5 and 0.9 against 0.7)
     "bands_2": ({"num_bands": 2}, {}, {}),
     "bands_6": ({"num_bands": 6}, {}, {}),
     "profile_0_3": ({}, {}, {"profile_weight": 0.3}),
