@@ -192,19 +192,22 @@ def test_app_restart_mid_batch_answers_every_request_once(served):
     from ray import serve
 
     client, args, store = served
-    num = 40
+    # The lane keeps running lines while Serve drains the app (about 3 s). With 40 lines, one
+    # 2-vCPU AMD EPYC answered all 40 before the delete returned; another answered 20 of 160
+    # (about 7 lines/s). 160 keeps the restart mid-batch on a machine several times faster.
+    num = 160
     up = client.files.create(file=("in.jsonl", chat_lines(num, max_tokens=24)), purpose="batch")
     batch = client.batches.create(
         input_file_id=up.id, endpoint="/v1/chat/completions", completion_window="24h"
     )
-    deadline = time.monotonic() + 120
-    while client.batches.retrieve(batch.id).request_counts.completed < 5:
-        assert time.monotonic() < deadline, "the batch made no progress"
-        time.sleep(0.2)
-    serve.delete(APP)  # the whole app goes: ingress, lane, replicas, in-flight requests
     journal = store / "batches" / f"{batch.id}.results.jsonl"
+    deadline = time.monotonic() + 120
+    while not journal.exists() or len(journal.read_bytes().splitlines()) < 3:
+        assert time.monotonic() < deadline, "the batch made no progress"
+        time.sleep(0.05)
+    serve.delete(APP)  # the whole app goes: ingress, lane, replicas, in-flight requests
     done_before = len(journal.read_bytes().splitlines())
-    assert 5 <= done_before < num, f"{done_before} of {num} answered before the kill"
+    assert 3 <= done_before < num, f"{done_before} of {num} answered before the kill"
     deploy(args, name=APP)
     done = wait_status(client, batch.id, ("completed", "failed", "expired"))
     assert done.status == "completed" and done.request_counts.completed == num
