@@ -24,7 +24,8 @@ The hot pool is constant (R5/R9). The cold pool follows the forecast:
   SLO (depth measured in seconds of pool capacity), or more than `panic_refused_share` of the
   requests were refused for capacity (429: the replicas' admission sheds what would miss the
   SLO, so their queues stay short), scale up at once to what the observed rate plus draining
-  the queue needs, and hold off any scale-down for `panic_hold_s`.
+  the queue needs (at least one replica more than are ready; those still starting count
+  towards it), and hold off any scale-down for `panic_hold_s`.
 * The batch lane's ask (`offline_cold_replicas`) is a floor on the cold target, within bounds.
 * Scale-down is the max recommendation over the last `stabilization_window_s` (the Kubernetes HPA
   rule), so a dip must last a whole window before replicas go; the controller then drains them.
@@ -220,7 +221,12 @@ def _emergency_need(snap: Snapshot, cfg: PolicyConfig) -> tuple[int, str] | None
     piling_rps = 0.0 if snap.refused_rps > 0 else shortfall_rps
     backlog = snap.queue_depth + piling_rps * cold_start_s
     rate = snap.rate_rps + backlog / cfg.panic_drain_s
-    need = max(_replicas_for(rate, cfg, per_replica_rps), snap.hot_replicas + snap.cold_current + 1)
+    # At least one replica more than serve now. Replicas still starting count towards the need:
+    # they were asked for a cold start ago and arrive together, so a distress that lasts the cold
+    # start adds what its growing backlog asks for, not one more replica every tick (that took
+    # one replay's emergency from the 13 it needed to 28). With nothing starting, ready is all
+    # that is held, and the floor is one more than that.
+    need = max(_replicas_for(rate, cfg, per_replica_rps), ready + 1)
     return need, what
 
 

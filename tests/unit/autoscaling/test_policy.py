@@ -209,6 +209,30 @@ def test_queue_depth_alone_triggers_the_emergency():
     assert d.cold_target >= 1  # at least one more replica than now
 
 
+def test_a_distress_that_lasts_the_cold_start_counts_the_replicas_already_starting():
+    # 40 rps against 2 ready replicas (20 rps), 200 queued: 9 replicas, 7 of them cold, at once
+    distress = dict(rate_rps=40.0, queue_depth=200, queue_wait_s=0.6, cold_start_p95_s=60.0)
+    first, later = run(
+        [
+            (0.0, snap(20.0, **distress)),
+            # ten seconds on, the 7 are still starting and the backlog is the same: nothing more
+            (10.0, snap(20.0, cold_starting=7, **distress)),
+        ]
+    )
+    assert first.emergency and first.cold_target == 7
+    assert later.emergency and later.cold_target == 7 and later.needed_replicas == 9
+    # a backlog that grew while they start asks for what it needs: 40 + (400 + 20 x 60) / 30
+    (grown,) = run([(0.0, snap(20.0, cold_starting=7, **{**distress, "queue_depth": 400}))])
+    assert grown.needed_replicas == 10 and grown.cold_target == 8
+
+
+def test_an_emergency_the_observed_rate_does_not_explain_adds_one_replica_over_the_ready():
+    # a deep queue at a rate the ready replicas should serve (the capacity figure is too high,
+    # or requests grew longer): one more replica than serve now, not zero
+    (d,) = run([(0.0, snap(10.0, cold_ready=2, rate_rps=20.0, queue_depth=100, queue_wait_s=0.6))])
+    assert d.emergency and d.needed_replicas == 5 and d.cold_target == 3
+
+
 def test_refusals_past_their_share_trigger_the_emergency_with_a_short_queue():
     # Admission keeps the queue short by refusing (429): 6 of the 40 rps seen were turned away
     # while the 2 ready replicas serve 20, so the refusals, not the queue, show the shortfall.
