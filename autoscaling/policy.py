@@ -29,6 +29,11 @@ The hot pool is constant (R5/R9). The cold pool follows the forecast:
 * The batch lane's ask (`offline_cold_replicas`) is a floor on the cold target, within bounds.
 * Scale-down is the max recommendation over the last `stabilization_window_s` (the Kubernetes HPA
   rule), so a dip must last a whole window before replicas go; the controller then drains them.
+* Scale-down band: a replica goes only if the pool left behind still meets the plan at the
+  stricter `scale_down_tail_share` (the queue margin of that tail). Taking one away is at once,
+  putting it back a cold start; a rate that sits at a replica boundary would otherwise flap,
+  and every flap leaves the pool one replica short for a cold start (the HPA's 10% tolerance,
+  sized by the queue's tail instead of a fixed share).
 
 Every decision carries a one-line reason. State holds only recent recommendations and the panic
 deadline; time always comes in as `now_s`, so tests step time by hand.
@@ -147,7 +152,7 @@ def effective_capacity_rps(capacity_rps: float, miss_s_per_request: float) -> fl
     return capacity_rps / (1.0 + capacity_rps * max(miss_s_per_request, 0.0))
 
 
-def queue_margin_rps(rate_rps: float, cfg: PolicyConfig) -> float:
+def queue_margin_rps(rate_rps: float, cfg: PolicyConfig, tail_share: float | None = None) -> float:
     """Capacity to keep above a rightly forecast rate for its arrivals' randomness.
 
     A pool serving C requests/s to Poisson arrivals at rate r < C queues like a random walk with
@@ -158,10 +163,11 @@ def queue_margin_rps(rate_rps: float, cfg: PolicyConfig) -> float:
     e = 0.05 and w = 0.5 s for any rate above a few dozen per second, less below, 0 at 0. The
     forecast's own error is the headroom's job; without this margin a headroom learned on
     30 s means plans calm hours at 100% of capacity, where the queue of an exactly forecast rate
-    grows without bound."""
-    if cfg.queue_tail_share <= 0 or rate_rps <= 0:
+    grows without bound. `tail_share` replaces `queue_tail_share` (the scale-down band's)."""
+    share = cfg.queue_tail_share if tail_share is None else tail_share
+    if share <= 0 or rate_rps <= 0:
         return 0.0
-    k = math.log(1.0 / cfg.queue_tail_share) / (2.0 * cfg.panic_queue_fraction * cfg.ttft_slo_s)
+    k = math.log(1.0 / share) / (2.0 * cfg.panic_queue_fraction * cfg.ttft_slo_s)
     half = rate_rps / 2.0
     return half + math.sqrt(half * half + rate_rps * k) - rate_rps
 
@@ -260,6 +266,22 @@ def _slow_scale_down(
     return target, why
 
 
+def _scale_down_band(
+    want: int, current: int, details: dict[str, float], cfg: PolicyConfig
+) -> tuple[int, str]:
+    """The cold target a scale-down may go to: no lower than leaves the plan's base its margin
+    at `scale_down_tail_share` (the band between the two tails holds what is there)."""
+    if want >= current or cfg.scale_down_tail_share <= 0:
+        return want, ""
+    keep = min(max(int(details["band_replicas"]) - cfg.hot_replicas, want), current)
+    if keep == want:
+        return want, ""
+    share = cfg.scale_down_tail_share
+    return keep, (
+        f"; keeps {keep} cold ({want} would queue past half the SLO over {share:g} of the time)"
+    )
+
+
 def _plan(snap: Snapshot, cfg: PolicyConfig, lead_s: float) -> tuple[int, dict[str, float], str]:
     """Replicas the forecast plan needs, the figures behind it, and why."""
     fc = snap.forecast
@@ -292,11 +314,15 @@ def _plan(snap: Snapshot, cfg: PolicyConfig, lead_s: float) -> tuple[int, dict[s
             f"{1000 * snap.adapter_miss_s_per_request:.0f} ms/request derate "
             f"{cfg.replica_capacity_rps:.3g})"
         )
+    # what a scale-down must leave: the same plan at the band's stricter tail
+    band_margin_rps = queue_margin_rps(base_rps, cfg, cfg.scale_down_tail_share)
+    band_rps = max(planned_rps, base_rps + band_margin_rps)
     details = {
         "planned_rps": planned_rps,
         "base_rps": base_rps,
         "headroom": headroom,
         "capacity_rps": capacity_rps,
+        "band_replicas": float(math.ceil(band_rps / capacity_rps - 1e-9)),
     }
     return needed, details, why
 
@@ -308,6 +334,9 @@ def decide(
     lead = lead_s_for(cfg, snap.cold_start_p95_s, snap.lead_s)
     needed, details, why = _plan(snap, cfg, lead)
     want = min(max(needed - hot, cfg.min_cold_replicas), cfg.max_cold_replicas)
+    current = snap.cold_current if state.cold_target is None else state.cold_target
+    want, band_why = _scale_down_band(want, current, details, cfg)
+    why += band_why
     emergency = _emergency_need(snap, cfg)
     panic_until = state.panic_until_s
     if emergency is not None:
@@ -317,7 +346,6 @@ def decide(
         why = f"EMERGENCY {what}; observed {snap.rate_rps:.0f} rps needs {need} replicas"
     window_start = now_s - cfg.stabilization_window_s
     recent = (*(x for x in state.recent if x[0] > window_start), (now_s, want))
-    current = snap.cold_current if state.cold_target is None else state.cold_target
     target, held_why = _slow_scale_down(want, current, recent, panic_until, snap, cfg, now_s)
     why += held_why
     target = min(max(target, cfg.min_cold_replicas), cfg.max_cold_replicas)

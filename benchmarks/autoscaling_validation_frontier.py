@@ -73,6 +73,9 @@ CANDIDATES: dict[str, tuple[dict, dict, dict]] = {
     "trend_120": ({}, {"trend_window_s": 120.0}, {}),
     # a wider queue margin: the queue past half the SLO 1% of the time, not 5%
     "tail_0_01": ({}, {"queue_tail_share": 0.01}, {}),
+    # the scale-down band (policy._scale_down_band) off, and at a tenth of its 1% tail
+    "no_scale_down_band": ({}, {"scale_down_tail_share": 0.0}, {}),
+    "scale_down_band_0_001": ({}, {"scale_down_tail_share": 0.001}, {}),
     # the headroom settings chosen on the test days before the protocol, refit here: the
     # volatility classes (none, five), the volatility's span (3 and 12 jumps of 10-minute means
     # against 6) and the SLO feedback's gain (a third and three times 1e-4)

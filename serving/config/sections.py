@@ -316,6 +316,10 @@ class ControllerSection:
     # capacity kept above the plan so that its Poisson arrivals pass half the TTFT SLO's wait
     # this share of the time (autoscaling/policy.queue_margin_rps); 0 turns the margin off
     queue_tail_share: float = 0.05
+    # the scale-down band: a cold replica goes only if the pool left behind passes that wait at
+    # most this share of the time (autoscaling/policy._scale_down_band); 0: no band, and at or
+    # above queue_tail_share it keeps nothing the plan does not
+    scale_down_tail_share: float = 0.01
     # A `controller:` section in cluster.yaml turns the forecast-driven cold pool on
     # (serving/config/app_config.py sets enabled unless the section says `enabled: false`).
     enabled: bool = False
@@ -346,6 +350,7 @@ class ControllerSection:
         check_range(o, "replica_capacity_rps", self.replica_capacity_rps, 0.0, 1e9, lo_open=True)
         check_range(o, "target_utilization", self.target_utilization, 0.0, 1.0, lo_open=True)
         check_range(o, "queue_tail_share", self.queue_tail_share, 0.0, 0.5)
+        check_range(o, "scale_down_tail_share", self.scale_down_tail_share, 0.0, 0.5)
         _check_seconds(o, "cold_start_margin_s", self.cold_start_margin_s, allow_zero=True)
         overrides = self.lead_overrides
         if not isinstance(overrides, list | tuple) or not all(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -30,6 +31,7 @@ CFG = PolicyConfig(
     stabilization_window_s=600.0,
     panic_hold_s=60.0,
     queue_tail_share=0.0,  # no queue margin here: its own tests below
+    scale_down_tail_share=0.0,  # nor the scale-down band
 )
 MARGIN_CFG = PolicyConfig(**{**{k: getattr(CFG, k) for k in CFG.__dataclass_fields__},
                              "queue_tail_share": 0.05})  # fmt: skip
@@ -315,3 +317,44 @@ def test_from_app_config_maps_pools_slo_and_controller():
 def test_config_errors_name_field_value_and_range(kwargs, message):
     with pytest.raises(ValueError, match=message):
         PolicyConfig(**{"replica_capacity_rps": 1.0, **kwargs})
+
+
+BAND_CFG = replace(MARGIN_CFG, scale_down_tail_share=0.001)  # a band set apart from the default
+
+
+def test_a_scale_down_must_leave_the_margin_of_the_stricter_band():
+    # 62 rps + the 5% margin (2.9 rps) needs 7 replicas: 5 cold. The rate eases to 57: 57 + 2.8
+    # fits 6, but 6 would queue past half the SLO 5% of the time, and a replica taken away at
+    # a boundary comes back a cold start later. At the band's 0.1% (margin 6.2 rps) 57 needs 7.
+    steps = [(0.0, snap(62.0)), (700.0, snap(57.0, cold_ready=5))]
+    plain, band = run(steps, MARGIN_CFG), run(steps, BAND_CFG)
+    assert [d.cold_target for d in plain] == [5, 4]
+    assert [d.cold_target for d in band] == [5, 5]
+    assert "keeps 5 cold (4 would queue past half the SLO over 0.001 of the time)" in band[1].reason
+    # a clear dip goes down as far as the band allows: 40 rps + 5.6 needs 5 replicas, 3 cold
+    (_, dip) = run([(0.0, snap(62.0)), (700.0, snap(40.0, cold_ready=5))], BAND_CFG)
+    assert dip.cold_target == 3
+
+
+def test_the_scale_down_band_never_scales_up():
+    # 52 rps + 2.9 needs 6 replicas (4 cold); at 57 the plan still fits 6: the band would ask
+    # for 7, but it only holds what is there
+    ds = run([(0.0, snap(52.0)), (700.0, snap(57.0, cold_ready=4))], BAND_CFG)
+    assert [d.cold_target for d in ds] == [4, 4]
+    assert "keeps" not in ds[1].reason
+
+
+def test_scale_down_tail_share_comes_from_cluster_yaml_and_is_range_checked():
+    assert PolicyConfig(replica_capacity_rps=1.0).scale_down_tail_share == 0.01  # the default
+    app = AppConfig.from_args({"controller": {"scale_down_tail_share": 0.001}})
+    assert PolicyConfig.from_app_config(app).scale_down_tail_share == 0.001
+    with pytest.raises(ValueError, match=r"controller.scale_down_tail_share=0.6 is out of range"):
+        AppConfig.from_args({"controller": {"scale_down_tail_share": 0.6}})
+    with pytest.raises(ValueError, match=r"PolicyConfig.scale_down_tail_share=-1 is out of range"):
+        PolicyConfig(replica_capacity_rps=1.0, scale_down_tail_share=-1)
+
+
+def test_a_band_looser_than_the_plans_margin_keeps_nothing_more():
+    loose = replace(MARGIN_CFG, scale_down_tail_share=0.2)
+    steps = [(0.0, snap(62.0)), (700.0, snap(57.0, cold_ready=5))]
+    assert [d.cold_target for d in run(steps, loose)] == [5, 4]

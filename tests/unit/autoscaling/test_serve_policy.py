@@ -22,6 +22,7 @@ def app_args(history_path, **controller) -> dict:
             "interval_s": 10.0,
             "replica_capacity_rps": 2.0,
             "queue_tail_share": 0.0,  # these tests check the arithmetic without the margin
+            "scale_down_tail_share": 0.0,  # and without the scale-down band
             "history_path": str(history_path),
             **controller,
         },
