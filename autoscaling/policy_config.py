@@ -69,7 +69,7 @@ FIT_ON: dict[str, str] = {
     "PolicyConfig.scale_down_tail_share": (
         "validation splits only, seeds 0 and 1, interpolated replay: 0.01 against none and "
         "0.001: as many splits cheaper than Knative as none, the same mean GPU-hours to 99.5% "
-        "(within 0.0003 of the oracle's at each seed) and T3a's interval above 0 on these "
+        "(within 0.0004 of the oracle's at each seed) and T3a's interval above 0 on these "
         "splits (autoscaling_validation_frontier_scale_down_band.json)"
     ),
     "PolicyConfig.rate_window_s": (
