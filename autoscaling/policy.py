@@ -160,7 +160,8 @@ def queue_margin_rps(rate_rps: float, cfg: PolicyConfig, tail_share: float | Non
     exp(-2 (C - r) x / r) (the heavy-traffic tail, Kingman). A wait past w (panic_queue_fraction
     x ttft_slo_s, where the emergency starts) is a queue past w C, so holding it to a share e
     (`queue_tail_share`) of the time needs (C - r) C = r ln(1 / e) / (2 w): about 3 requests/s at
-    e = 0.05 and w = 0.5 s for any rate above a few dozen per second, less below, 0 at 0. The
+    e = 0.05 and w = 0.5 s for any rate above a few dozen per second (0.7 at the default 0.5,
+    where the scale-down band's stricter tail keeps the pool from flapping), less below, 0 at 0. The
     forecast's own error is the headroom's job; without this margin a headroom learned on
     30 s means plans calm hours at 100% of capacity, where the queue of an exactly forecast rate
     grows without bound. `tail_share` replaces `queue_tail_share` (the scale-down band's)."""

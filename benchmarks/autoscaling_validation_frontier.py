@@ -76,6 +76,11 @@ CANDIDATES: dict[str, tuple[dict, dict, dict]] = {
     # the scale-down band (policy._scale_down_band) off, and at a tenth of its 1% tail
     "no_scale_down_band": ({}, {"scale_down_tail_share": 0.0}, {}),
     "scale_down_band_0_001": ({}, {"scale_down_tail_share": 0.001}, {}),
+    # with the band holding on the way down, a looser plan margin on the way up (10-50%)
+    "tail_0_1": ({}, {"queue_tail_share": 0.1}, {}),
+    "tail_0_2": ({}, {"queue_tail_share": 0.2}, {}),
+    "tail_0_4": ({}, {"queue_tail_share": 0.4}, {}),
+    "tail_0_5": ({}, {"queue_tail_share": 0.5}, {}),
     # the headroom settings chosen on the test days before the protocol, refit here: the
     # volatility classes (none, five), the volatility's span (3 and 12 jumps of 10-minute means
     # against 6) and the SLO feedback's gain (a third and three times 1e-4)

@@ -315,7 +315,7 @@ class ControllerSection:
     target_utilization: float = 0.85  # the share of replica_capacity_rps planned for
     # capacity kept above the plan so that its Poisson arrivals pass half the TTFT SLO's wait
     # this share of the time (autoscaling/policy.queue_margin_rps); 0 turns the margin off
-    queue_tail_share: float = 0.05
+    queue_tail_share: float = 0.5
     # the scale-down band: a cold replica goes only if the pool left behind passes that wait at
     # most this share of the time (autoscaling/policy._scale_down_band); 0: no band, and at or
     # above queue_tail_share it keeps nothing the plan does not
