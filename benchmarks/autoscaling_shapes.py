@@ -3,7 +3,7 @@
     python benchmarks/autoscaling_shapes.py [--quick] [--json PATH] [--jobs N] [--seeds N]
                                             [--arrivals steps|interpolated] [--previous]
 
-Four seeded 14-day rate series in 10-minute windows (train on days 1-7, judge days 8-14; scaled so
+Five seeded 14-day rate series in 10-minute windows (train on days 1-7, judge days 8-14; scaled so
 the judged peak needs 20 replicas; cold start 120 s; 20 rps per replica; TTFT SLO 1 s):
 
     weak_daily_ar         a 15% daily swing under AR(1) noise (sigma 0.08 per window, phi 0.7)
@@ -11,6 +11,9 @@ the judged peak needs 20 replicas; cold start 120 s; 20 rps per replica; TTFT SL
                           swing, weekends at 0.6x
     smooth                a 50% daily swing with slow, small noise (sigma 0.02, phi 0.9)
     volatile_afternoons   calm days, and on 5 random days six hours of 25% jumps between windows
+    turning_volatile      a 40% daily swing whose level is redrawn every hour: calm for the
+                          training week (log sigma 0.03), then 0.1 on days 8-10 and 0.2 after, so
+                          every judged day is jumpier than what the policy learned on
 
 Per shape and per seed (seed k: its own Poisson arrivals, the curve moved k x 137 s later, mod
 600 s; --arrivals interpolated, the default, keeps each window's mean with no step at its edges:
@@ -77,7 +80,21 @@ def shapes(seed: int = 7) -> dict[str, np.ndarray]:
         "hourly_steps_weekly": steps,
         "smooth": smooth,
         "volatile_afternoons": volatile,
+        "turning_volatile": _turning_volatile(seed),
     }
+
+
+def _turning_volatile(seed: int) -> np.ndarray:
+    """Calm hourly steps for a week, then ever bigger ones: what a policy fit on the calm week
+    meets when the traffic changes regime after it. Its own generator, so the other shapes keep
+    theirs."""
+    rng = np.random.default_rng(seed + 1000)
+    day = HOURS // 24
+    calm = 100 * (1 + 0.4 * np.sin(2 * np.pi * (HOURS - 10) / 24)) * _ar_noise(rng, 0.03, 0.5)
+    # a level held for an hour, its log drawn with sigma 0.03 on days 1-7, 0.1 on 8-10, 0.2 after
+    sigma = np.select([day < 7, day < 10], [0.03, 0.1], 0.2)
+    hourly = np.repeat(rng.normal(0.0, 1.0, NUM_WINDOWS // 6), 6)
+    return calm * np.exp(hourly * sigma)
 
 
 PHASE_STEP_S = 137

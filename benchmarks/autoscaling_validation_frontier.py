@@ -3,6 +3,7 @@
     python benchmarks/autoscaling_validation_frontier.py [--quick] [--json PATH] [--jobs N]
                                                          [--seeds N] [--first-seed K]
                                                          [--candidates NAME ...]
+    python benchmarks/autoscaling_validation_frontier.py --merge A.json B.json --json OUT.json
 
 The splits are the protocol's validation splits (autoscaling/replay/protocol.validation_splits,
 gated by `for_tuning`): the synthetic shapes' rolling origins and the shared traces' training
@@ -17,13 +18,19 @@ the oracle do not depend on the candidate and run once per split. A candidate is
 other tuning runs are, by its share of replays meeting T1, then by the splits where it needs fewer
 GPU-hours than Knative, then by its mean cost to 99.5%. Beside them, T3a's statistic on these
 days: Knative's violation-minutes at the default quantile's GPU-hours minus the candidate's, per
-judged day (autoscaling/replay/judge.py), with a 95% interval over every split's days.
---quick: the shared traces' two splits, one seed, two candidates.
+judged day (autoscaling/replay/judge.py), with a 95% interval over every split's days. The rule
+is `rank` (the summary's "ranking", best first), with T3a in it since the tenth tuning run: T1
+share, then T3a's interval above 0, then the splits beating Knative, then the mean cost.
+--quick: the shared traces' two splits, one seed, two candidates. --merge ranks together the
+candidates of earlier runs on the same splits (the replay is deterministic, so a candidate's rows
+do not depend on which run they came from); a run on other seeds adds those seeds, and only the
+candidates replayed on every seed are ranked. It replays nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from dataclasses import replace
@@ -76,7 +83,11 @@ CANDIDATES: dict[str, tuple[dict, dict, dict]] = {
     # the scale-down band (policy._scale_down_band) off, and at a tenth of its 1% tail
     "no_scale_down_band": ({}, {"scale_down_tail_share": 0.0}, {}),
     "scale_down_band_0_001": ({}, {"scale_down_tail_share": 0.001}, {}),
-    # with the band holding on the way down, a looser plan margin on the way up (10-50%)
+    # the band refit with the plan's tail at 50%: 3% and 10% against 1%, 0.1% and none
+    "scale_down_band_0_03": ({}, {"scale_down_tail_share": 0.03}, {}),
+    "scale_down_band_0_1": ({}, {"scale_down_tail_share": 0.1}, {}),
+    # with the band holding on the way down, a looser plan margin on the way up (5-50%)
+    "tail_0_05": ({}, {"queue_tail_share": 0.05}, {}),
     "tail_0_1": ({}, {"queue_tail_share": 0.1}, {}),
     "tail_0_2": ({}, {"queue_tail_share": 0.2}, {}),
     "tail_0_4": ({}, {"queue_tail_share": 0.4}, {}),
@@ -87,6 +98,7 @@ CANDIDATES: dict[str, tuple[dict, dict, dict]] = {
     "classes_1": ({"num_volatility_classes": 1}, {}, {}),
     "classes_5": ({"num_volatility_classes": 5}, {}, {}),
     "jumps_3": ({"volatility_num_jumps": 3}, {}, {}),
+    "jumps_6": ({"volatility_num_jumps": 6}, {}, {}),
     "jumps_12": ({"volatility_num_jumps": 12}, {}, {}),
     "gain_3e-5": ({"feedback_gain_per_s": 3e-5}, {}, {}),
     "gain_3e-4": ({"feedback_gain_per_s": 3e-4}, {}, {}),
@@ -192,8 +204,57 @@ def summarise(rows: list[dict], names: list[str]) -> dict:
         }
         print(name, summary[name])
     kn = [r["knative_to_99_5_over_oracle"] for r in rows if r["candidate"] == names[0]]
+    summary["ranking"] = rank({name: summary[name] for name in names})
+    print("ranking, best first:", summary["ranking"])
     summary["knative"] = {"mean_to_99_5_over_oracle": float(np.mean([k for k in kn if k]))}
     return summary
+
+
+def rank(summary: dict[str, dict]) -> list[str]:
+    """The protocol's rule over candidates' summaries, best first: the share of replays meeting
+    T1, then T3a's 95% interval above 0 on these days (none computed counts as not above), then
+    the replays cheaper than Knative to 99.5%, then the mean cost to 99.5%."""
+
+    def key(name: str) -> tuple:
+        s = summary[name]
+        ci = s["violation_minutes_fewer_than_knative_per_day"]
+        t3a = ci is not None and ci["lo"] > 0
+        return (-s["t1_share"], not t3a, -s["num_beating_knative"], s["mean_to_99_5_over_oracle"])
+
+    return sorted(summary, key=key)
+
+
+def merge(results: list[dict]) -> tuple[list[dict], dict[str, list[str]]]:
+    """The rows and candidates of several result files on the same splits. A candidate in two
+    files must have the same settings in both (a name whose meaning moved with the defaults is
+    an error); runs on other seeds add its rows for those seeds, and a (split, seed) replayed
+    twice is taken from the first file."""
+    rows: list[dict] = []
+    seen: set[tuple[str, str, int]] = set()
+    candidates: dict[str, list[str]] = {}
+    for res in results:
+        if res["splits"] != results[0]["splits"]:
+            raise ValueError(f"--merge: splits {res['splits']} differ from {results[0]['splits']}")
+        for name, settings in res["candidates"].items():
+            if candidates.setdefault(name, settings) != settings:
+                raise ValueError(
+                    f"--merge: candidate {name!r} is {settings} in one file and "
+                    f"{candidates[name]} in another"
+                )
+            for r in res["rows"]:
+                key = (r["candidate"], r["split"], r["seed"])
+                if r["candidate"] == name and key not in seen:
+                    seen.add(key)
+                    rows.append(r)
+    return rows, candidates
+
+
+def fully_replayed(rows: list[dict], names: list[str]) -> list[str]:
+    """The candidates replayed on every (split, seed) that any of them was: only those are
+    ranked against each other."""
+    cover = {n: {(r["split"], r["seed"]) for r in rows if r["candidate"] == n} for n in names}
+    everything = set().union(*cover.values())
+    return [n for n in names if cover[n] == everything]
 
 
 def main() -> int:
@@ -204,7 +265,22 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--first-seed", type=int, default=0, help="seeds first..first+seeds-1")
     ap.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES))
+    ap.add_argument("--merge", nargs="+", default=None, help="rank earlier runs' candidates")
     args = ap.parse_args()
+    if args.merge:
+        results = [json.loads(Path(p).read_text()) for p in args.merge]
+        rows, candidates = merge(results)
+        keep = ("benchmark", "quick", "splits", "quantiles")
+        out = {k: results[0][k] for k in keep} | {"merged_from": args.merge}
+        out["seeds"] = sorted({r["seed"] for r in rows})
+        out["machine_info"] = [r.get("machine_info") for r in results]
+        out |= {"candidates": candidates, "rows": rows}
+        ranked = fully_replayed(rows, list(candidates))
+        out["not_ranked"] = [n for n in candidates if n not in ranked]  # fewer seeds than others
+        out["summary"] = summarise(rows, ranked)
+        if args.json:
+            write_json(args.json, out)
+        return 0
     t0 = time.perf_counter()
     names = args.candidates[:2] if args.quick else args.candidates
     splits = validation_splits([] if args.quick else list(shapes()))
