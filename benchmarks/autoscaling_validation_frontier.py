@@ -14,9 +14,9 @@ Per split and seed: Knative swept over its concurrency target (utilisation 0.8-0
 candidate's tideserve swept over its headroom quantile, both read where their frontier reaches
 99.5% (autoscaling/replay/frontier.gpu_hours_to_reach, interpolated between sweep points), as a
 multiple of the oracle's GPU-hours; and the candidate at its default quantile (T1). Knative and
-the oracle do not depend on the candidate and run once per split. A candidate is judged as the
-other tuning runs are, by its share of replays meeting T1, then by the splits where it needs fewer
-GPU-hours than Knative, then by its mean cost to 99.5%. Beside them, T3a's statistic on these
+the oracle do not depend on the candidate and run once per split. Per candidate: its share of
+replays meeting T1, the replays where it needs fewer GPU-hours than Knative to reach 99.5%, its
+mean cost to 99.5%, and T3a's statistic on these
 days: Knative's violation-minutes at the default quantile's GPU-hours minus the candidate's, per
 judged day (autoscaling/replay/judge.py), with a 95% interval over every split's days. The rule
 is `rank` (the summary's "ranking", best first), with T3a in it since the tenth tuning run: T1
@@ -257,6 +257,23 @@ def fully_replayed(rows: list[dict], names: list[str]) -> list[str]:
     return [n for n in names if cover[n] == everything]
 
 
+def merge_main(paths: list[str], json_path: str | None) -> int:
+    """--merge: rank the candidates of earlier result files together; replays nothing."""
+    results = [json.loads(Path(p).read_text()) for p in paths]
+    rows, candidates = merge(results)
+    keep = ("benchmark", "quick", "splits", "quantiles")
+    out = {k: results[0][k] for k in keep} | {"merged_from": paths}
+    out["seeds"] = sorted({r["seed"] for r in rows})
+    out["machine_info"] = [r.get("machine_info") for r in results]
+    out |= {"candidates": candidates, "rows": rows}
+    ranked = fully_replayed(rows, list(candidates))
+    out["not_ranked"] = [n for n in candidates if n not in ranked]  # fewer seeds than others
+    out["summary"] = summarise(rows, ranked)
+    if json_path:
+        write_json(json_path, out)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="shared splits, one seed, 2 candidates")
@@ -268,19 +285,7 @@ def main() -> int:
     ap.add_argument("--merge", nargs="+", default=None, help="rank earlier runs' candidates")
     args = ap.parse_args()
     if args.merge:
-        results = [json.loads(Path(p).read_text()) for p in args.merge]
-        rows, candidates = merge(results)
-        keep = ("benchmark", "quick", "splits", "quantiles")
-        out = {k: results[0][k] for k in keep} | {"merged_from": args.merge}
-        out["seeds"] = sorted({r["seed"] for r in rows})
-        out["machine_info"] = [r.get("machine_info") for r in results]
-        out |= {"candidates": candidates, "rows": rows}
-        ranked = fully_replayed(rows, list(candidates))
-        out["not_ranked"] = [n for n in candidates if n not in ranked]  # fewer seeds than others
-        out["summary"] = summarise(rows, ranked)
-        if args.json:
-            write_json(args.json, out)
-        return 0
+        return merge_main(args.merge, args.json)
     t0 = time.perf_counter()
     names = args.candidates[:2] if args.quick else args.candidates
     splits = validation_splits([] if args.quick else list(shapes()))
