@@ -80,17 +80,16 @@ def shapes(seed: int = 7) -> dict[str, np.ndarray]:
         "hourly_steps_weekly": steps,
         "smooth": smooth,
         "volatile_afternoons": volatile,
-        "turning_volatile": _turning_volatile(seed),
+        "turning_volatile": _turning_volatile(seed, day, daily),
     }
 
 
-def _turning_volatile(seed: int) -> np.ndarray:
+def _turning_volatile(seed: int, day: np.ndarray, daily: np.ndarray) -> np.ndarray:
     """Calm hourly steps for a week, then ever bigger ones: what a policy fit on the calm week
     meets when the traffic changes regime after it. Its own generator, so the other shapes keep
     theirs."""
     rng = np.random.default_rng(seed + 1000)
-    day = HOURS // 24
-    calm = 100 * (1 + 0.4 * np.sin(2 * np.pi * (HOURS - 10) / 24)) * _ar_noise(rng, 0.03, 0.5)
+    calm = 100 * (1 + 0.4 * daily) * _ar_noise(rng, 0.03, 0.5)
     # a level held for an hour, its log drawn with sigma 0.03 on days 1-7, 0.1 on 8-10, 0.2 after
     sigma = np.select([day < 7, day < 10], [0.03, 0.1], 0.2)
     hourly = np.repeat(rng.normal(0.0, 1.0, NUM_WINDOWS // 6), 6)

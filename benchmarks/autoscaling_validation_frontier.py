@@ -16,9 +16,9 @@ candidate's tideserve swept over its headroom quantile, both read where their fr
 multiple of the oracle's GPU-hours; and the candidate at its default quantile (T1). Knative and
 the oracle do not depend on the candidate and run once per split. Per candidate: its share of
 replays meeting T1, the replays where it needs fewer GPU-hours than Knative to reach 99.5%, its
-mean cost to 99.5%, and T3a's statistic on these
-days: Knative's violation-minutes at the default quantile's GPU-hours minus the candidate's, per
-judged day (autoscaling/replay/judge.py), with a 95% interval over every split's days. The rule
+mean cost to 99.5%, and T3a's statistic on these days: Knative's violation-minutes at the default
+quantile's GPU-hours minus the candidate's, per judged day (autoscaling/replay/judge.py), with a
+95% interval over every split's days. The rule
 is `rank` (the summary's "ranking", best first), with T3a in it since the tenth tuning run: T1
 share, then T3a's interval above 0, then the splits beating Knative, then the mean cost.
 --quick: the shared traces' two splits, one seed, two candidates. --merge ranks together the
