@@ -119,6 +119,24 @@ def test_queue_tail_share_comes_from_cluster_yaml_and_is_range_checked():
         PolicyConfig(replica_capacity_rps=1.0, queue_tail_share=-0.1)
 
 
+def test_cluster_yamls_controller_defaults_are_the_policys_defaults_the_replay_was_tuned_with():
+    # the replay builds PolicyConfig directly, a live app through cluster.yaml's controller
+    # section: the two sets of defaults are written twice, and a setting refit on the validation
+    # splits must move in both, or the live policy runs what nothing validated
+    live = PolicyConfig.from_app_config(AppConfig.from_args({}))
+    replay = PolicyConfig(replica_capacity_rps=live.replica_capacity_rps)
+    from_controller_section = (
+        "target_utilization",
+        "lead_s",
+        "cold_start_margin_s",
+        "stabilization_window_s",
+        "queue_tail_share",
+        "scale_down_tail_share",
+    )
+    for name in from_controller_section:
+        assert getattr(live, name) == getattr(replay, name), name
+
+
 def test_the_plan_takes_the_recent_mean_rate_not_the_last_tick_alone():
     # a 10 s count 30% above its 30 s mean is mostly noise: the base takes the mean
     (d,) = run([(0.0, snap(30.0, rate_rps=52.0, recent_rate_rps=40.0, headroom=1.0))])
