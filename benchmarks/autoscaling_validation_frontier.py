@@ -20,7 +20,9 @@ mean cost to 99.5%, and T3a's statistic on these days: Knative's violation-minut
 quantile's GPU-hours minus the candidate's, per judged day (autoscaling/replay/judge.py), with a
 95% interval over every split's days. The rule
 is `rank` (the summary's "ranking", best first), with T3a in it since the tenth tuning run: T1
-share, then T3a's interval above 0, then the splits beating Knative, then the mean cost.
+share, then T3a's interval above 0, then the splits beating Knative, then the mean cost, where
+a cost within the noise of the cheapest's ties and the tie goes to T3a's lower bound (since the
+eleventh).
 --quick: the shared traces' two splits, one seed, two candidates. --merge ranks together the
 candidates of earlier runs on the same splits (the replay is deterministic, so a candidate's rows
 do not depend on which run they came from); a run on other seeds adds those seeds, and only the
@@ -49,6 +51,7 @@ from autoscaling.replay.protocol import validation_splits
 from autoscaling.replay.runner import ReplaySettings, prepare
 from autoscaling.replay.service import ServiceModel
 from benchmarks._common import log, machine_info, write_json
+from benchmarks._validation_rank import rank
 from benchmarks.autoscaling_shapes import shapes
 from benchmarks.autoscaling_validation import PHASE_STEP_S, _trace
 
@@ -197,6 +200,10 @@ def summarise(rows: list[dict], names: list[str]) -> dict:
             "num_replays": len(mine),
             "num_beating_knative": int(sum(r["beats_knative"] for r in mine)),
             "mean_to_99_5_over_oracle": float(np.mean([c for c in costs if c is not None])),
+            # per replay, so `rank` can pair two candidates' costs on the same split and seed
+            "to_99_5_by_replay": [
+                [r["split"], r["seed"], c] for r, c in zip(mine, costs, strict=True)
+            ],
             "num_never_reaching_99_5": sum(c is None for c in costs),
             "t1_share": float(np.mean([r["default_quantile"]["t1"] for r in mine])),
             # T3a on validation: every judged day of every split, Knative at equal cost minus it
@@ -208,20 +215,6 @@ def summarise(rows: list[dict], names: list[str]) -> dict:
     print("ranking, best first:", summary["ranking"])
     summary["knative"] = {"mean_to_99_5_over_oracle": float(np.mean([k for k in kn if k]))}
     return summary
-
-
-def rank(summary: dict[str, dict]) -> list[str]:
-    """The protocol's rule over candidates' summaries, best first: the share of replays meeting
-    T1, then T3a's 95% interval above 0 on these days (none computed counts as not above), then
-    the replays cheaper than Knative to 99.5%, then the mean cost to 99.5%."""
-
-    def key(name: str) -> tuple:
-        s = summary[name]
-        ci = s["violation_minutes_fewer_than_knative_per_day"]
-        t3a = ci is not None and ci["lo"] > 0
-        return (-s["t1_share"], not t3a, -s["num_beating_knative"], s["mean_to_99_5_over_oracle"])
-
-    return sorted(summary, key=key)
 
 
 def merge(results: list[dict]) -> tuple[list[dict], dict[str, list[str]]]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.autoscaling_validation_frontier import _days_ci, fully_replayed, merge, rank
+from benchmarks._validation_rank import rank
+from benchmarks.autoscaling_validation_frontier import _days_ci, fully_replayed, merge
 
 
 def row(split: str, days: list[float] | None) -> dict:
@@ -23,13 +24,18 @@ def test_a_split_whose_knative_sweep_missed_the_cost_leaves_no_interval():
     assert _days_ci([row("a", [1.0]), row("b", None)]) is None
 
 
-def summary(t1: float, lo: float | None, beating: int, cost: float) -> dict:
+def summary(
+    t1: float, lo: float | None, beating: int, cost: float, by_replay: list | None = None
+) -> dict:
+    """by_replay: the cost to 99.5% on replays a, b, c (seed 0); `cost` on each by default."""
     ci = None if lo is None else {"mean": lo + 1.0, "lo": lo, "hi": lo + 2.0, "n": 10}
+    costs = [cost] * 3 if by_replay is None else by_replay
     return {
         "t1_share": t1,
         "violation_minutes_fewer_than_knative_per_day": ci,
         "num_beating_knative": beating,
         "mean_to_99_5_over_oracle": cost,
+        "to_99_5_by_replay": [[sp, 0, c] for sp, c in zip("abc", costs, strict=True)],
     }
 
 
@@ -51,6 +57,39 @@ def test_the_rule_ranks_t1_first_then_t3a_then_the_replays_beating_knative_then_
         "beats_knative_most_but_not_t3a",
         "no_t3a_interval",
         "cheapest_but_misses_t1",
+    ]
+
+
+def test_a_cost_within_the_seeds_noise_ties_and_the_tie_goes_to_t3as_lower_bound():
+    # b is dearer on average, but its paired differences (+0.002, -0.004, +0.005) reach 0
+    cheap = summary(1.0, 0.5, 19, 0.901, [0.900, 0.905, 0.898])
+    tied_larger_t3a = summary(1.0, 1.5, 19, 0.902, [0.902, 0.901, 0.903])
+    assert rank({"cheap": cheap, "tied_larger_t3a": tied_larger_t3a}) == [
+        "tied_larger_t3a",
+        "cheap",
+    ]
+
+
+def test_a_cost_shown_higher_on_the_paired_replays_is_not_tied_whatever_its_t3a():
+    cheap = summary(1.0, 0.5, 19, 0.900, [0.899, 0.900, 0.901])
+    dearer = summary(1.0, 3.0, 19, 0.911, [0.910, 0.911, 0.912])
+    assert rank({"dearer": dearer, "cheap": cheap}) == ["cheap", "dearer"]
+
+
+def test_past_the_cheapest_ones_tie_the_rest_is_ranked_the_same_way():
+    cheap = summary(1.0, 0.5, 19, 0.900, [0.899, 0.900, 0.901])
+    dear = summary(1.0, 0.1, 19, 0.920, [0.918, 0.921, 0.921])
+    dear_tied_larger_t3a = summary(1.0, 2.0, 19, 0.921, [0.922, 0.920, 0.921])
+    ranked = rank({"dear": dear, "dear_tied_larger_t3a": dear_tied_larger_t3a, "cheap": cheap})
+    assert ranked == ["cheap", "dear_tied_larger_t3a", "dear"]
+
+
+def test_only_replays_both_reached_are_paired_and_one_pair_is_no_tie():
+    cheap = summary(1.0, 0.5, 19, 0.900, [0.900, None, None])
+    near_but_one_pair = summary(1.0, 3.0, 19, 0.9001, [0.9001, 0.95, 0.97])
+    assert rank({"near_but_one_pair": near_but_one_pair, "cheap": cheap}) == [
+        "cheap",
+        "near_but_one_pair",
     ]
 
 
