@@ -86,6 +86,11 @@ class HeadroomConfig:
     # fill the headroom's tail. Off: the training days teach the forecaster and the volatility
     # classes only, and the headroom learns from live plans, as the live controller does
     score_training_windows: bool = False
+    # past the volatility range of the window's scores (traffic jumpier than any plan the window
+    # judged: a change of regime), scale the group's log-headroom by sigma / the window's
+    # largest sigma, as forecast errors grow with the jumps (`extrapolated`); off: the top
+    # class's headroom, learned on calmer traffic, until the new regime fills the window
+    extrapolate_volatility: bool = False
 
     def __post_init__(self) -> None:
         o = self._owner
@@ -106,6 +111,7 @@ class HeadroomConfig:
         check_range(o, "feedback_range[1]", hi, 1.0, 100.0)
         check_range(o, "score_window_s", self.score_window_s, 0.0, 3600.0)
         check_bool(o, "score_training_windows", self.score_training_windows)
+        check_bool(o, "extrapolate_volatility", self.extrapolate_volatility)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +142,16 @@ def class_of(sigma: float, thresholds: np.ndarray | None) -> int:
     return int(classes_of(np.array([sigma]), thresholds)[0])
 
 
+def extrapolated(factor: float, sigma: float, sigma_max: float) -> float:
+    """A headroom learned on traffic no jumpier than `sigma_max`, for traffic at `sigma`: its log
+    scaled by sigma / sigma_max beyond that range (a forecast's log-error over a lead of a few
+    windows grows in proportion to the windows' jumps), unchanged within it. A headroom below 1
+    (a forecast that over-predicts) is not scaled: jumpier traffic gives no reason to hold less."""
+    if not (sigma > sigma_max > 0) or factor <= 1.0:
+        return factor
+    return math.exp(math.log(factor) * sigma / sigma_max)
+
+
 class HeadroomLearner:
     """Pending plans in, scores per group, headroom out. Deterministic: time always comes in."""
 
@@ -151,6 +167,7 @@ class HeadroomLearner:
         self._cache: dict[tuple[int, int], Headroom] = {}
         self._pooled = Headroom(None, "not computed")
         self._thresholds: np.ndarray | None = None
+        self._sigma_max = math.nan  # the largest sigma among the window's scores
         self._cache_key = -1  # the REFRESH_S period the cache was filled in
         self.feedback = SloFeedback()
 
@@ -222,17 +239,24 @@ class HeadroomLearner:
         sigma = self.volatility.sigma()
         group = (band_of(at_s, self.cfg.num_bands), class_of(_nan(sigma), self._thresholds))
         head = self._cache.get(group, self._pooled)
+        if head.factor is None:
+            return head
+        factor, basis = head.factor, head.basis
+        if self.cfg.extrapolate_volatility and _nan(sigma) > self._sigma_max:
+            factor = extrapolated(factor, _nan(sigma), self._sigma_max)
+            basis += f", volatility {sigma:.3g} past the window's {self._sigma_max:.3g}"
         fb = self.feedback.factor
-        if head.factor is None or fb == 1.0:
+        if fb != 1.0:
+            factor, basis = factor * fb, f"{basis}, x {fb:.2f} SLO feedback"
+        if factor == head.factor:
             return head
         lo, hi = self.cfg.clip
-        basis = f"{head.basis}, x {fb:.2f} SLO feedback"
-        return Headroom(min(max(head.factor * fb, lo), hi), basis, head.num_scores)
+        return Headroom(min(max(factor, lo), hi), basis, head.num_scores)
 
     def _compute(self) -> None:
         cfg = self.cfg
         pooled = [x for b in self._bands for x in b]
-        self._cache, self._thresholds = {}, None
+        self._cache, self._thresholds, self._sigma_max = {}, None, math.nan
         if len(pooled) < cfg.min_scores:
             why = f"{len(pooled)} scores, < {cfg.min_scores}: not learned"
             self._pooled = Headroom(None, why, len(pooled))
@@ -240,6 +264,7 @@ class HeadroomLearner:
         arr = np.array([x[1:4] for x in pooled])  # ratio, forecast, sigma per score
         ratios, weights, sigmas = arr[:, 0], arr[:, 1], arr[:, 2]
         known = sigmas[np.isfinite(sigmas)]
+        self._sigma_max = float(known.max()) if len(known) else math.nan
         k = cfg.num_volatility_classes
         if k > 1 and len(known) >= cfg.min_scores:
             self._thresholds = np.quantile(known, [i / k for i in range(1, k)])
