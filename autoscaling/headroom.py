@@ -86,11 +86,12 @@ class HeadroomConfig:
     # fill the headroom's tail. Off: the training days teach the forecaster and the volatility
     # classes only, and the headroom learns from live plans, as the live controller does
     score_training_windows: bool = False
-    # past the volatility range of the window's scores (traffic jumpier than any plan the window
-    # judged: a change of regime), scale the group's log-headroom by sigma / the window's
-    # largest sigma, as forecast errors grow with the jumps (`extrapolated`); off: the top
-    # class's headroom, learned on calmer traffic, until the new regime fills the window
-    extrapolate_volatility: bool = False
+    # > 0: past this quantile of the volatility of the window's scored plans (1: their largest;
+    # traffic jumpier than the plans the headroom was learned on, as after a change of regime),
+    # scale the group's log-headroom by sigma / that sigma, as forecast errors grow with the
+    # jumps (`extrapolated`); 0: off, the top class's headroom as learned on calmer traffic
+    # until the new regime's scores fill its tail
+    extrapolate_volatility_above: float = 0.0
 
     def __post_init__(self) -> None:
         o = self._owner
@@ -111,7 +112,7 @@ class HeadroomConfig:
         check_range(o, "feedback_range[1]", hi, 1.0, 100.0)
         check_range(o, "score_window_s", self.score_window_s, 0.0, 3600.0)
         check_bool(o, "score_training_windows", self.score_training_windows)
-        check_bool(o, "extrapolate_volatility", self.extrapolate_volatility)
+        check_range(o, "extrapolate_volatility_above", self.extrapolate_volatility_above, 0.0, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,14 +143,14 @@ def class_of(sigma: float, thresholds: np.ndarray | None) -> int:
     return int(classes_of(np.array([sigma]), thresholds)[0])
 
 
-def extrapolated(factor: float, sigma: float, sigma_max: float) -> float:
-    """A headroom learned on traffic no jumpier than `sigma_max`, for traffic at `sigma`: its log
-    scaled by sigma / sigma_max beyond that range (a forecast's log-error over a lead of a few
+def extrapolated(factor: float, sigma: float, sigma_ref: float) -> float:
+    """A headroom learned on traffic mostly no jumpier than `sigma_ref`, for traffic at `sigma`:
+    its log scaled by sigma / sigma_ref beyond it (a forecast's log-error over a lead of a few
     windows grows in proportion to the windows' jumps), unchanged within it. A headroom below 1
     (a forecast that over-predicts) is not scaled: jumpier traffic gives no reason to hold less."""
-    if not (sigma > sigma_max > 0) or factor <= 1.0:
+    if not (sigma > sigma_ref > 0) or factor <= 1.0:
         return factor
-    return math.exp(math.log(factor) * sigma / sigma_max)
+    return math.exp(math.log(factor) * sigma / sigma_ref)
 
 
 class HeadroomLearner:
@@ -167,7 +168,7 @@ class HeadroomLearner:
         self._cache: dict[tuple[int, int], Headroom] = {}
         self._pooled = Headroom(None, "not computed")
         self._thresholds: np.ndarray | None = None
-        self._sigma_max = math.nan  # the largest sigma among the window's scores
+        self._sigma_ref = math.nan  # extrapolate_volatility_above's quantile of their sigmas
         self._cache_key = -1  # the REFRESH_S period the cache was filled in
         self.feedback = SloFeedback()
 
@@ -242,9 +243,9 @@ class HeadroomLearner:
         if head.factor is None:
             return head
         factor, basis = head.factor, head.basis
-        if self.cfg.extrapolate_volatility and _nan(sigma) > self._sigma_max:
-            factor = extrapolated(factor, _nan(sigma), self._sigma_max)
-            basis += f", volatility {sigma:.3g} past the window's {self._sigma_max:.3g}"
+        if self.cfg.extrapolate_volatility_above > 0 and _nan(sigma) > self._sigma_ref:
+            factor = extrapolated(factor, _nan(sigma), self._sigma_ref)
+            basis += f", volatility {sigma:.3g} past the window's {self._sigma_ref:.3g}"
         fb = self.feedback.factor
         if fb != 1.0:
             factor, basis = factor * fb, f"{basis}, x {fb:.2f} SLO feedback"
@@ -256,7 +257,7 @@ class HeadroomLearner:
     def _compute(self) -> None:
         cfg = self.cfg
         pooled = [x for b in self._bands for x in b]
-        self._cache, self._thresholds, self._sigma_max = {}, None, math.nan
+        self._cache, self._thresholds, self._sigma_ref = {}, None, math.nan
         if len(pooled) < cfg.min_scores:
             why = f"{len(pooled)} scores, < {cfg.min_scores}: not learned"
             self._pooled = Headroom(None, why, len(pooled))
@@ -264,7 +265,8 @@ class HeadroomLearner:
         arr = np.array([x[1:4] for x in pooled])  # ratio, forecast, sigma per score
         ratios, weights, sigmas = arr[:, 0], arr[:, 1], arr[:, 2]
         known = sigmas[np.isfinite(sigmas)]
-        self._sigma_max = float(known.max()) if len(known) else math.nan
+        above = cfg.extrapolate_volatility_above
+        self._sigma_ref = float(np.quantile(known, above)) if above and len(known) else math.nan
         k = cfg.num_volatility_classes
         if k > 1 and len(known) >= cfg.min_scores:
             self._thresholds = np.quantile(known, [i / k for i in range(1, k)])

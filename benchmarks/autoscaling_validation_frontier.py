@@ -105,8 +105,9 @@ CANDIDATES: dict[str, tuple[dict, dict, dict]] = {
     "jumps_12": ({"volatility_num_jumps": 12}, {}, {}),
     "gain_3e-5": ({"feedback_gain_per_s": 3e-5}, {}, {}),
     "gain_3e-4": ({"feedback_gain_per_s": 3e-4}, {}, {}),
-    # the eleventh run: the headroom's log scaled past the window's volatility range
-    "extrapolate_volatility": ({"extrapolate_volatility": True}, {}, {}),
+    # the eleventh run: the headroom's log scaled past a high quantile of the window's volatility
+    "extrapolate_above_0_9": ({"extrapolate_volatility_above": 0.9}, {}, {}),
+    "extrapolate_above_0_99": ({"extrapolate_volatility_above": 0.99}, {}, {}),
     # the last two fit on the test days, refit here: time-of-day bands on top of the classes
     # (two 12-hour and six 4-hour bands against none) and the forecast's weight on the
     # profile against the recent rate (0.3, 0.5 and 0.9 against 0.7)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
-from autoscaling.headroom import HeadroomConfig, HeadroomLearner, class_of
+from autoscaling.headroom import HeadroomConfig, HeadroomLearner, class_of, extrapolated
 from autoscaling.volatility import WINDOW_S, VolatilityTracker
 
 
@@ -122,3 +123,38 @@ def test_a_history_saved_before_volatility_loads_and_learns_on():
     assert back.num_scores() == h.num_scores() and back.volatility.sigma() is None
     run_phase(back, 3 * WINDOW_S, [100.0] * 3)
     assert back.headroom(6 * WINDOW_S).factor == pytest.approx(1.0)
+
+
+def test_past_the_windows_volatility_the_log_headroom_scales_with_the_jumps():
+    # learned at jumps of log 1.2, now jumps twice as large: the log-headroom doubles
+    assert extrapolated(1.2, 2 * math.log(1.2), math.log(1.2)) == pytest.approx(1.44)
+    assert extrapolated(1.2, math.log(1.2), math.log(1.2)) == 1.2  # within the range: as learned
+    assert extrapolated(0.9, 1.0, 0.1) == 0.9  # a forecast that over-predicts is left alone
+    assert extrapolated(1.2, 0.3, 0.0) == 1.2  # flat traffic only: no scale to extrapolate from
+    assert extrapolated(1.2, math.nan, 0.1) == 1.2
+
+
+def test_traffic_jumpier_than_most_scored_plans_gets_more_headroom_only_when_asked():
+    def fed(above: float) -> tuple[HeadroomLearner, float]:
+        cfg = HeadroomConfig(quantile=0.95, min_scores=5, num_volatility_classes=2)
+        h = HeadroomLearner(replace(cfg, score_window_s=0.0, extrapolate_volatility_above=above))
+        t = run_phase(h, 0.0, [100.0] * 12)
+        return h, run_phase(h, t, [100.0, 120.0] * 6)  # jumps of 20% at window edges
+
+    (on, t), (off, _) = fed(0.9), fed(0.0)  # the 90th percentile of the plans' sigma: log 1.2
+    assert on.headroom(t).factor == off.headroom(t).factor == pytest.approx(1.2)
+    run_phase(on, t, [60.0, 120.0])  # a halving: past 90% of the plans scored so far
+    run_phase(off, t, [60.0, 120.0])
+    t += 2 * WINDOW_S
+    sigma = on.volatility.sigma()  # the jumps of 20%, 20% and 100%
+    assert sigma == pytest.approx((2 * math.log(1.2) + math.log(2.0)) / 3)
+    assert off.headroom(t).factor == pytest.approx(1.2)  # the top class as learned
+    jumpy = on.headroom(t)
+    assert jumpy.factor == pytest.approx(1.2 ** (sigma / math.log(1.2)))  # about 1.42
+    assert "past the window's 0.182" in jumpy.basis
+
+
+def test_the_extrapolations_quantile_out_of_range_is_an_error_naming_it():
+    with pytest.raises(ValueError, match=r"extrapolate_volatility_above=1\.5") as err:
+        HeadroomConfig(extrapolate_volatility_above=1.5)
+    assert "<= 1" in str(err.value)
