@@ -34,11 +34,16 @@ settings; no cap is picked by looking at a trace.
 * The SLO's own feedback (autoscaling/headroom_feedback.py, adaptive conformal inference)
   multiplies the result: up while the served traffic is in distress, down while it is not, so
   the long-run share served in distress tends to 1 - `quantile` when the week's errors mislead.
+* Traffic jumpier than `extrapolate_volatility_above` (99%) of the window's scored plans (a
+  change of regime) gets its group's log-headroom scaled by its volatility over that percentile
+  (`volatility.extrapolated`): until the new regime's scores reach the group's tail, a headroom
+  learned on calmer traffic would be too small for it.
 * The result is clipped to `clip`: below 1 when the forecast over-predicts (its peak over a window
   is above the rate most of the time), never absurd when a few scores are wild.
 
 `HeadroomLearner` holds the scores (like the Forecaster, an accumulator with time passed in);
-`band_of`, `classes_of` and `headroom_alloc.allocate` are the pure arithmetic, tested on their own.
+`band_of`, `volatility.classes_of`, `volatility.extrapolated` and `headroom_alloc.allocate` are
+the pure arithmetic, tested on their own.
 The scores are split-conformal in spirit: each plan is judged on traffic it had not seen when it
 was made.
 """
@@ -54,7 +59,7 @@ import numpy as np
 
 from autoscaling.headroom_alloc import allocate
 from autoscaling.headroom_feedback import SloFeedback
-from autoscaling.volatility import VolatilityTracker
+from autoscaling.volatility import VolatilityTracker, class_of, classes_of, extrapolated
 from common.validate import check_bool, check_range
 
 _DAY_S = 86400.0
@@ -90,8 +95,9 @@ class HeadroomConfig:
     # traffic jumpier than the plans the headroom was learned on, as after a change of regime),
     # scale the group's log-headroom by sigma / that sigma, as forecast errors grow with the
     # jumps (`extrapolated`); 0: off, the top class's headroom as learned on calmer traffic
-    # until the new regime's scores fill its tail
-    extrapolate_volatility_above: float = 0.0
+    # until the new regime's scores fill its tail. 0.99 chosen in the eleventh tuning run
+    # (policy_config.FIT_ON): scaled only past what 1% of the week's plans saw
+    extrapolate_volatility_above: float = 0.99
 
     def __post_init__(self) -> None:
         o = self._owner
@@ -125,32 +131,6 @@ class Headroom:
 def band_of(t_s: float, num_bands: int) -> int:
     """The time-of-day band of t_s (seconds since a midnight)."""
     return min(int((t_s % _DAY_S) // (_DAY_S / num_bands)), num_bands - 1)
-
-
-def classes_of(sigmas: np.ndarray, thresholds: np.ndarray | None) -> np.ndarray:
-    """The volatility class of each sigma between `thresholds` (ascending; a sigma equal to one is
-    in the class below it, so flat traffic's zeros are one class); -1: no class (sigma not
-    measured, or classes not learned yet)."""
-    if thresholds is None:
-        return np.full(len(sigmas), -1)
-    classes = np.searchsorted(thresholds, sigmas, side="left")
-    classes[~np.isfinite(sigmas)] = -1
-    return classes
-
-
-def class_of(sigma: float, thresholds: np.ndarray | None) -> int:
-    """`classes_of` for one sigma."""
-    return int(classes_of(np.array([sigma]), thresholds)[0])
-
-
-def extrapolated(factor: float, sigma: float, sigma_ref: float) -> float:
-    """A headroom learned on traffic mostly no jumpier than `sigma_ref`, for traffic at `sigma`:
-    its log scaled by sigma / sigma_ref beyond it (a forecast's log-error over a lead of a few
-    windows grows in proportion to the windows' jumps), unchanged within it. A headroom below 1
-    (a forecast that over-predicts) is not scaled: jumpier traffic gives no reason to hold less."""
-    if not (sigma > sigma_ref > 0) or factor <= 1.0:
-        return factor
-    return math.exp(math.log(factor) * sigma / sigma_ref)
 
 
 class HeadroomLearner:

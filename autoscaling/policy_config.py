@@ -51,6 +51,15 @@ FIT_ON: dict[str, str] = {
         "break a cost tie on T3a's lower bound: 3e-4 missed T1 on one replay of 24 (99.4999% "
         "in SLO; autoscaling_validation_frontier_gain_seeds_4_5.json, _gain_six_seeds.json)"
     ),
+    "HeadroomConfig.extrapolate_volatility_above": (
+        "validation splits only (12, with turning_volatile), seeds 0 and 1, interpolated "
+        "replay: 0.99 against off (the tenth run's defaults) and 0.9; by the rule amended in "
+        "the eleventh run, 0.99 and off tie on T1, T3a's sign, 21 of 24 replays cheaper than "
+        "Knative and cost (0.9034 against 0.9035 of the oracle's GPU-hours, within the seeds' "
+        "noise), and 0.99's T3a interval has the larger lower bound (0.35 against 0.33), "
+        "a hair; 0.9 costs more at the default quantile and its T3a is smaller "
+        "(autoscaling_validation_frontier_extrapolate_ranked.json)"
+    ),
     "HeadroomConfig.window_s": "not fit: a week, so every weekday is in it",
     "ForecastConfig.profile_weight": (
         "validation splits only, seeds 0 and 1, interpolated replay: 0.5 against 0.3, 0.9 "

@@ -7,6 +7,9 @@ those jumps is 0.49 on m-small, 0.27 on m-large). The headroom learner (autoscal
 uses sigma to put each forecast error in a volatility class, so a calm hour does not pay for the
 surprises of a jumpy one and a jumpy hour is not planned with a calm hour's headroom.
 
+`classes_of` puts sigmas in the classes, and `extrapolated` scales a headroom learned at lower
+volatility to a higher one (HeadroomConfig.extrapolate_volatility_above).
+
 Windows are `WINDOW_S` long and aligned to the clock; a window with no observation (a trace gap)
 breaks the chain, so no jump is measured across a gap. Pure arithmetic, time passed in.
 """
@@ -17,6 +20,8 @@ import itertools
 import math
 from collections import deque
 from typing import Any
+
+import numpy as np
 
 WINDOW_S = 600.0  # ServeGen's window, and long enough that Poisson noise in its mean is small
 
@@ -68,3 +73,29 @@ class VolatilityTracker:
         tracker._sum, tracker._num = float(d["sum"]), int(d["num"])
         tracker._means.extend((int(k), float(m)) for k, m in d["means"])
         return tracker
+
+
+def classes_of(sigmas: np.ndarray, thresholds: np.ndarray | None) -> np.ndarray:
+    """The volatility class of each sigma between `thresholds` (ascending; a sigma equal to one is
+    in the class below it, so flat traffic's zeros are one class); -1: no class (sigma not
+    measured, or classes not learned yet)."""
+    if thresholds is None:
+        return np.full(len(sigmas), -1)
+    classes = np.searchsorted(thresholds, sigmas, side="left")
+    classes[~np.isfinite(sigmas)] = -1
+    return classes
+
+
+def class_of(sigma: float, thresholds: np.ndarray | None) -> int:
+    """`classes_of` for one sigma."""
+    return int(classes_of(np.array([sigma]), thresholds)[0])
+
+
+def extrapolated(factor: float, sigma: float, sigma_ref: float) -> float:
+    """A headroom learned on traffic mostly no jumpier than `sigma_ref`, for traffic at `sigma`:
+    its log scaled by sigma / sigma_ref beyond it (a forecast's log-error over a lead of a few
+    windows grows in proportion to the windows' jumps), unchanged within it. A headroom below 1
+    (a forecast that over-predicts) is not scaled: jumpier traffic gives no reason to hold less."""
+    if not (sigma > sigma_ref > 0) or factor <= 1.0:
+        return factor
+    return math.exp(math.log(factor) * sigma / sigma_ref)

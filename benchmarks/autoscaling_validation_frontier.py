@@ -51,6 +51,7 @@ from autoscaling.replay.protocol import validation_splits
 from autoscaling.replay.runner import ReplaySettings, prepare
 from autoscaling.replay.service import ServiceModel
 from benchmarks._common import log, machine_info, write_json
+from benchmarks._validation_merge import fully_replayed, merge
 from benchmarks._validation_rank import rank
 from benchmarks.autoscaling_shapes import shapes
 from benchmarks.autoscaling_validation import PHASE_STEP_S, _trace
@@ -108,6 +109,7 @@ CANDIDATES: dict[str, tuple[dict, dict, dict]] = {
     # the eleventh run: the headroom's log scaled past a high quantile of the window's volatility
     "extrapolate_above_0_9": ({"extrapolate_volatility_above": 0.9}, {}, {}),
     "extrapolate_above_0_99": ({"extrapolate_volatility_above": 0.99}, {}, {}),
+    "no_extrapolation": ({"extrapolate_volatility_above": 0.0}, {}, {}),  # the tenth's defaults
     # the last two fit on the test days, refit here: time-of-day bands on top of the classes
     # (two 12-hour and six 4-hour bands against none) and the forecast's weight on the
     # profile against the recent rate (0.3, 0.5 and 0.9 against 0.7)
@@ -122,6 +124,13 @@ CANDIDATES: dict[str, tuple[dict, dict, dict]] = {
 def _over_oracle(rows: list[dict], oracle_gpu_hours: float) -> float | None:
     g = gpu_hours_to_reach(rows, SLO)
     return None if g is None else g / oracle_gpu_hours
+
+
+def _settings(name: str) -> tuple[HeadroomConfig, PolicyConfig, ForecastConfig]:
+    """What candidate `name` runs with: its overrides on this code's defaults."""
+    head_kw, pol_kw, fc_kw = CANDIDATES[name]
+    cfg = replace(PolicyConfig(replica_capacity_rps=20.0, ttft_slo_s=1.0), **pol_kw)
+    return replace(HeadroomConfig(), **head_kw), cfg, replace(ForecastConfig(), **fc_kw)
 
 
 def run_split(split, seed: int, names: list[str], jobs: int) -> list[dict]:
@@ -144,9 +153,7 @@ def run_split(split, seed: int, names: list[str], jobs: int) -> list[dict]:
     knative = _over_oracle(ref["knative"], oracle)
     out = []
     for name in names:
-        head_kw, pol_kw, fc_kw = CANDIDATES[name]
-        cfg = replace(cfg0, **pol_kw)
-        head, fc = replace(HeadroomConfig(), **head_kw), replace(ForecastConfig(), **fc_kw)
+        head, cfg, fc = _settings(name)
         s = replace(s0, headroom=head, forecast=fc)
         rows = run_sweeps(
             prepare(trace, cfg, s), cfg, svc, s, (Sweep("tideserve", "q", QUANTILES),), jobs=jobs
@@ -220,39 +227,6 @@ def summarise(rows: list[dict], names: list[str]) -> dict:
     return summary
 
 
-def merge(results: list[dict]) -> tuple[list[dict], dict[str, list[str]]]:
-    """The rows and candidates of several result files on the same splits. A candidate in two
-    files must have the same settings in both (a name whose meaning moved with the defaults is
-    an error); runs on other seeds add its rows for those seeds, and a (split, seed) replayed
-    twice is taken from the first file."""
-    rows: list[dict] = []
-    seen: set[tuple[str, str, int]] = set()
-    candidates: dict[str, list[str]] = {}
-    for res in results:
-        if res["splits"] != results[0]["splits"]:
-            raise ValueError(f"--merge: splits {res['splits']} differ from {results[0]['splits']}")
-        for name, settings in res["candidates"].items():
-            if candidates.setdefault(name, settings) != settings:
-                raise ValueError(
-                    f"--merge: candidate {name!r} is {settings} in one file and "
-                    f"{candidates[name]} in another"
-                )
-            for r in res["rows"]:
-                key = (r["candidate"], r["split"], r["seed"])
-                if r["candidate"] == name and key not in seen:
-                    seen.add(key)
-                    rows.append(r)
-    return rows, candidates
-
-
-def fully_replayed(rows: list[dict], names: list[str]) -> list[str]:
-    """The candidates replayed on every (split, seed) that any of them was: only those are
-    ranked against each other."""
-    cover = {n: {(r["split"], r["seed"]) for r in rows if r["candidate"] == n} for n in names}
-    everything = set().union(*cover.values())
-    return [n for n in names if cover[n] == everything]
-
-
 def merge_main(paths: list[str], json_path: str | None) -> int:
     """--merge: rank the candidates of earlier result files together; replays nothing."""
     results = [json.loads(Path(p).read_text()) for p in paths]
@@ -291,6 +265,7 @@ def main() -> int:
     out["first_seed"] = args.first_seed
     out["splits"] = [sp.label for sp in splits]
     out["candidates"] = {c: [repr(x) for x in CANDIDATES[c]] for c in names}
+    out["effective"] = {c: repr(_settings(c)) for c in names}  # defaults included
     out["quantiles"], out["knative_utilisations"] = QUANTILES, KNATIVE_UTILS
     out["machine_info"] = machine_info("cpu", "float64 (numpy replay)")
     for k in range(args.first_seed, args.first_seed + seeds):

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from autoscaling.headroom import HeadroomConfig, HeadroomLearner, class_of, extrapolated
-from autoscaling.volatility import WINDOW_S, VolatilityTracker
+from autoscaling.headroom import HeadroomConfig, HeadroomLearner
+from autoscaling.volatility import WINDOW_S, VolatilityTracker, class_of, extrapolated
 
 
 def feed(tracker: VolatilityTracker, window_rates: list[float | None], t0: float = 0.0) -> None:

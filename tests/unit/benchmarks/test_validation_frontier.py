@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks._validation_merge import fully_replayed, merge
 from benchmarks._validation_rank import rank
-from benchmarks.autoscaling_validation_frontier import _days_ci, fully_replayed, merge
+from benchmarks.autoscaling_validation_frontier import _days_ci
 
 
 def row(split: str, days: list[float] | None) -> dict:
@@ -115,3 +116,13 @@ def test_merge_refuses_other_splits_or_a_name_whose_settings_moved():
         merge([result({"x": ["1"]}), result({"y": ["2"]}, splits=("b",))])
     with pytest.raises(ValueError, match="candidate 'defaults'"):
         merge([result({"defaults": ["tail 0.05"]}), result({"defaults": ["tail 0.5"]})])
+
+
+def test_merge_refuses_a_candidate_that_ran_with_other_defaults_when_both_files_say():
+    before, after, unrecorded = (result({"defaults": ["{}"]}) for _ in range(3))
+    before["effective"] = {"defaults": "HeadroomConfig(extrapolate_volatility_above=0.0)"}
+    after["effective"] = {"defaults": "HeadroomConfig(extrapolate_volatility_above=0.99)"}
+    with pytest.raises(ValueError, match="a default moved"):
+        merge([before, after])
+    rows, _ = merge([before, unrecorded])  # a file from before the record: its names are trusted
+    assert len(rows) == 1
