@@ -98,6 +98,9 @@ class HeadroomConfig:
     # until the new regime's scores fill its tail. 0.99 chosen in the eleventh tuning run
     # (policy_config.FIT_ON): scaled only past what 1% of the week's plans saw
     extrapolate_volatility_above: float = 0.99
+    # that quantile over the plans scored before now - this lag only (0: every plan scored): a
+    # lag keeps the reference on the calmer past for a while after a change of regime
+    extrapolate_reference_lag_s: float = 0.0
 
     def __post_init__(self) -> None:
         o = self._owner
@@ -119,6 +122,9 @@ class HeadroomConfig:
         check_range(o, "score_window_s", self.score_window_s, 0.0, 3600.0)
         check_bool(o, "score_training_windows", self.score_training_windows)
         check_range(o, "extrapolate_volatility_above", self.extrapolate_volatility_above, 0.0, 1.0)
+        check_range(
+            o, "extrapolate_reference_lag_s", self.extrapolate_reference_lag_s, 0.0, 7 * _DAY_S
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +221,7 @@ class HeadroomLearner:
         scores is too slow for every 10 s tick."""
         key = math.floor(at_s / REFRESH_S)
         if key != self._cache_key:
-            self._compute()
+            self._compute(at_s)
             self._cache_key = key
         sigma = self.volatility.sigma()
         group = (band_of(at_s, self.cfg.num_bands), class_of(_nan(sigma), self._thresholds))
@@ -234,7 +240,7 @@ class HeadroomLearner:
         lo, hi = self.cfg.clip
         return Headroom(min(max(factor, lo), hi), basis, head.num_scores)
 
-    def _compute(self) -> None:
+    def _compute(self, at_s: float) -> None:
         cfg = self.cfg
         pooled = [x for b in self._bands for x in b]
         self._cache, self._thresholds, self._sigma_ref = {}, None, math.nan
@@ -242,11 +248,10 @@ class HeadroomLearner:
             why = f"{len(pooled)} scores, < {cfg.min_scores}: not learned"
             self._pooled = Headroom(None, why, len(pooled))
             return
-        arr = np.array([x[1:4] for x in pooled])  # ratio, forecast, sigma per score
-        ratios, weights, sigmas = arr[:, 0], arr[:, 1], arr[:, 2]
+        arr = np.array([x[:4] for x in pooled])  # start, ratio, forecast, sigma per score
+        starts, ratios, weights, sigmas = arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3]
         known = sigmas[np.isfinite(sigmas)]
-        above = cfg.extrapolate_volatility_above
-        self._sigma_ref = float(np.quantile(known, above)) if above and len(known) else math.nan
+        self._sigma_ref = self._reference(sigmas[starts < at_s - cfg.extrapolate_reference_lag_s])
         k = cfg.num_volatility_classes
         if k > 1 and len(known) >= cfg.min_scores:
             self._thresholds = np.quantile(known, [i / k for i in range(1, k)])
@@ -270,6 +275,11 @@ class HeadroomLearner:
             where = self._where(group)
             basis = f"{n} actual/forecast ratios ({where}), q{cfg.quantile:g} of all traffic"
             self._cache[group] = Headroom(min(max(value, lo), hi), basis, n)
+
+    def _reference(self, sigmas: np.ndarray) -> float:
+        """extrapolate_volatility_above's quantile of these plans' volatility (NaN: none)."""
+        above, known = self.cfg.extrapolate_volatility_above, sigmas[np.isfinite(sigmas)]
+        return float(np.quantile(known, above)) if above and len(known) else math.nan
 
     def _where(self, group: tuple[int, int]) -> str:
         band, cls = group

@@ -110,6 +110,11 @@ CANDIDATES: dict[str, tuple[dict, dict, dict]] = {
     "extrapolate_above_0_9": ({"extrapolate_volatility_above": 0.9}, {}, {}),
     "extrapolate_above_0_99": ({"extrapolate_volatility_above": 0.99}, {}, {}),
     "no_extrapolation": ({"extrapolate_volatility_above": 0.0}, {}, {}),  # the tenth's defaults
+    "extrapolate_lag_1d": (
+        {"extrapolate_reference_lag_s": 86400.0},
+        {},
+        {},
+    ),  # reference: before today
     # the last two fit on the test days, refit here: time-of-day bands on top of the classes
     # (two 12-hour and six 4-hour bands against none) and the forecast's weight on the
     # profile against the recent rate (0.3, 0.5 and 0.9 against 0.7)
