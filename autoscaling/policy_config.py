@@ -60,6 +60,12 @@ FIT_ON: dict[str, str] = {
         "a hair; 0.9 costs more at the default quantile and its T3a is smaller "
         "(autoscaling_validation_frontier_extrapolate_ranked.json)"
     ),
+    "HeadroomConfig.extrapolate_reference_lag_s": (
+        "validation splits only (12), seeds 0 and 1, interpolated replay: off against a day, "
+        "which costs more to 99.5% (0.9058 against 0.9034 of the oracle's GPU-hours) with a "
+        "smaller T3a statistic (1.59 against 2.87 violation-minutes per day; "
+        "autoscaling_validation_frontier_extrapolate_lag_ranked.json)"
+    ),
     "HeadroomConfig.window_s": "not fit: a week, so every weekday is in it",
     "ForecastConfig.profile_weight": (
         "validation splits only, seeds 0 and 1, interpolated replay: 0.5 against 0.3, 0.9 "

@@ -158,3 +158,19 @@ def test_the_extrapolations_quantile_out_of_range_is_an_error_naming_it():
     with pytest.raises(ValueError, match=r"extrapolate_volatility_above=1\.5") as err:
         HeadroomConfig(extrapolate_volatility_above=1.5)
     assert "<= 1" in str(err.value)
+
+
+def test_a_reference_lag_keeps_the_calmer_past_as_the_reference_for_that_long():
+    def fed(lag_s: float) -> tuple[HeadroomLearner, float]:
+        cfg = HeadroomConfig(quantile=0.95, min_scores=5, num_volatility_classes=2)
+        cfg = replace(cfg, score_window_s=0.0, extrapolate_volatility_above=0.9)
+        h = HeadroomLearner(replace(cfg, extrapolate_reference_lag_s=lag_s))
+        t = run_phase(h, 0.0, [100.0] * 12 + [100.0, 120.0] * 6)  # calm, then jumps of 20%
+        return h, run_phase(h, t, [60.0, 120.0] * 6)  # two hours of halvings and doublings
+
+    (now, t), (lagged, _) = fed(0.0), fed(2 * 3600.0)
+    # two hours in, a third of the plans scored are the new regime's: the reference is in it
+    assert "past the window's" not in now.headroom(t).basis
+    # the plans scored before the last two hours are the calm and the 20% ones
+    late = lagged.headroom(t)
+    assert "past the window's 0.182" in late.basis and late.factor > now.headroom(t).factor
