@@ -4,12 +4,13 @@ replay is deterministic, so a candidate's rows do not depend on which run they c
 from __future__ import annotations
 
 
-def merge(results: list[dict]) -> tuple[list[dict], dict[str, list[str]]]:
-    """The rows and candidates of several result files on the same splits. A candidate in two
-    files must have the same settings in both (a name whose meaning moved with the defaults is
-    an error; files written since the eleventh run also record the settings each candidate
-    ran with, defaults included, and those must match too); runs on other seeds add its rows for
-    those seeds, and a (split, seed) replayed twice is taken from the first file."""
+def merge(results: list[dict]) -> tuple[list[dict], dict[str, list[str]], dict[str, str]]:
+    """The rows, candidates and recorded settings of several result files on the same splits.
+    A candidate in two files must have the same settings in both (a name whose meaning moved
+    with the defaults is an error; files written since the eleventh run also record the settings
+    each candidate ran with, defaults included, and those must match too); runs on other seeds
+    add its rows for those seeds, and a (split, seed) replayed twice is taken from the first
+    file."""
     rows: list[dict] = []
     seen: set[tuple[str, str, int]] = set()
     candidates: dict[str, list[str]] = {}
@@ -34,7 +35,7 @@ def merge(results: list[dict]) -> tuple[list[dict], dict[str, list[str]]]:
                 if r["candidate"] == name and key not in seen:
                     seen.add(key)
                     rows.append(r)
-    return rows, candidates
+    return rows, candidates, effective
 
 
 def fully_replayed(rows: list[dict], names: list[str]) -> list[str]:

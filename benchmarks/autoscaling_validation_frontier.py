@@ -110,11 +110,8 @@ CANDIDATES: dict[str, tuple[dict, dict, dict]] = {
     "extrapolate_above_0_9": ({"extrapolate_volatility_above": 0.9}, {}, {}),
     "extrapolate_above_0_99": ({"extrapolate_volatility_above": 0.99}, {}, {}),
     "no_extrapolation": ({"extrapolate_volatility_above": 0.0}, {}, {}),  # the tenth's defaults
-    "extrapolate_lag_1d": (
-        {"extrapolate_reference_lag_s": 86400.0},
-        {},
-        {},
-    ),  # reference: before today
+    # the reference over the plans scored before the last day only
+    "extrapolate_lag_1d": ({"extrapolate_reference_lag_s": 86400.0}, {}, {}),
     # the last two fit on the test days, refit here: time-of-day bands on top of the classes
     # (two 12-hour and six 4-hour bands against none) and the forecast's weight on the
     # profile against the recent rate (0.3, 0.5 and 0.9 against 0.7)
@@ -131,10 +128,15 @@ def _over_oracle(rows: list[dict], oracle_gpu_hours: float) -> float | None:
     return None if g is None else g / oracle_gpu_hours
 
 
+def _base_policy() -> PolicyConfig:
+    """The policy every split replays: the service model's 20 rps a replica, a 1 s TTFT SLO."""
+    return PolicyConfig(replica_capacity_rps=20.0, ttft_slo_s=1.0)
+
+
 def _settings(name: str) -> tuple[HeadroomConfig, PolicyConfig, ForecastConfig]:
     """What candidate `name` runs with: its overrides on this code's defaults."""
     head_kw, pol_kw, fc_kw = CANDIDATES[name]
-    cfg = replace(PolicyConfig(replica_capacity_rps=20.0, ttft_slo_s=1.0), **pol_kw)
+    cfg = replace(_base_policy(), **pol_kw)
     return replace(HeadroomConfig(), **head_kw), cfg, replace(ForecastConfig(), **fc_kw)
 
 
@@ -148,7 +150,7 @@ def run_split(split, seed: int, names: list[str], jobs: int) -> list[dict]:
         arrival_shape="interpolated",
         phase_s=(seed * PHASE_STEP_S) % 600,
     )
-    cfg0 = PolicyConfig(replica_capacity_rps=20.0, ttft_slo_s=1.0)
+    cfg0 = _base_policy()
     s0 = split.settings(base)
     trace = _trace(split.source)
     knots = tuple(round(u * full, 1) for u in KNATIVE_UTILS)
@@ -235,12 +237,13 @@ def summarise(rows: list[dict], names: list[str]) -> dict:
 def merge_main(paths: list[str], json_path: str | None) -> int:
     """--merge: rank the candidates of earlier result files together; replays nothing."""
     results = [json.loads(Path(p).read_text()) for p in paths]
-    rows, candidates = merge(results)
+    rows, candidates, effective = merge(results)
     keep = ("benchmark", "quick", "splits", "quantiles")
     out = {k: results[0][k] for k in keep} | {"merged_from": paths}
     out["seeds"] = sorted({r["seed"] for r in rows})
     out["machine_info"] = [r.get("machine_info") for r in results]
-    out |= {"candidates": candidates, "rows": rows}
+    # the recorded settings go on, so a merged file merged again is checked as its sources were
+    out |= {"candidates": candidates, "effective": effective, "rows": rows}
     ranked = fully_replayed(rows, list(candidates))
     out["not_ranked"] = [n for n in candidates if n not in ranked]  # fewer seeds than others
     out["summary"] = summarise(rows, ranked)

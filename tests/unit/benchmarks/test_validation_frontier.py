@@ -100,13 +100,15 @@ def result(candidates: dict[str, list[str]], seed: int = 0, splits=("a",)) -> di
 
 
 def test_merge_takes_each_candidates_rows_once_from_runs_on_the_same_splits():
-    rows, candidates = merge([result({"x": ["1"], "y": ["2"]}), result({"y": ["2"], "z": ["3"]})])
+    rows, candidates, _ = merge(
+        [result({"x": ["1"], "y": ["2"]}), result({"y": ["2"], "z": ["3"]})]
+    )
     assert list(candidates) == ["x", "y", "z"]
     assert [r["candidate"] for r in rows] == ["x", "y", "z"]
 
 
 def test_runs_on_other_seeds_add_rows_and_only_candidates_on_every_seed_are_ranked():
-    rows, candidates = merge([result({"x": ["1"], "y": ["2"]}), result({"x": ["1"]}, seed=2)])
+    rows, candidates, _ = merge([result({"x": ["1"], "y": ["2"]}), result({"x": ["1"]}, seed=2)])
     assert sorted((r["candidate"], r["seed"]) for r in rows) == [("x", 0), ("x", 2), ("y", 0)]
     assert fully_replayed(rows, list(candidates)) == ["x"]
 
@@ -124,5 +126,6 @@ def test_merge_refuses_a_candidate_that_ran_with_other_defaults_when_both_files_
     after["effective"] = {"defaults": "HeadroomConfig(extrapolate_volatility_above=0.99)"}
     with pytest.raises(ValueError, match="a default moved"):
         merge([before, after])
-    rows, _ = merge([before, unrecorded])  # a file from before the record: its names are trusted
+    rows, _, effective = merge([before, unrecorded])  # an unrecorded file: its names are trusted
     assert len(rows) == 1
+    assert effective == before["effective"]  # and what was recorded goes on to the merged file
