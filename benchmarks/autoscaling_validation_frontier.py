@@ -112,6 +112,11 @@ CANDIDATES: dict[str, tuple[dict, dict, dict]] = {
     "no_extrapolation": ({"extrapolate_volatility_above": 0.0}, {}, {}),  # the tenth's defaults
     # the reference over the plans scored before the last day only
     "extrapolate_lag_1d": ({"extrapolate_reference_lag_s": 86400.0}, {}, {}),
+    # the twelfth run: the plan's horizon past the lead (60 s, never fit). The plan is remade
+    # every tick and the scale-down window holds it, so covering past the lead may only buy
+    # headroom: a score is the highest 30 s mean over the horizon, whose max grows with its span
+    "horizon_30": ({}, {"horizon_s": 30.0}, {}),
+    "horizon_0": ({}, {"horizon_s": 0.0}, {}),
     # the last two fit on the test days, refit here: time-of-day bands on top of the classes
     # (two 12-hour and six 4-hour bands against none) and the forecast's weight on the
     # profile against the recent rate (0.3, 0.5 and 0.9 against 0.7)
