@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from autoscaling.headroom_alloc import allocate
+from autoscaling.headroom_alloc import allocate, pooled_towards
 from autoscaling.headroom_feedback import SloFeedback
 from autoscaling.volatility import VolatilityTracker, class_of, classes_of, extrapolated
 from common.validate import check_bool, check_range
@@ -101,6 +101,11 @@ class HeadroomConfig:
     # that quantile over the plans scored before now - this lag only (0: every plan scored): a
     # lag keeps the reference on the calmer past for a while after a change of regime
     extrapolate_reference_lag_s: float = 0.0
+    # shrink each group's log-headroom this far towards the pooled one (0: each group's own, as
+    # allocated; 1: every group at the pooled headroom). A group's tail is a week's estimate and
+    # the classes split hours by the last half hour's jumps, which can mislead (before a step that
+    # keeps to the clock the half hour is calm): partial pooling spreads the slack more evenly
+    class_pooling: float = 0.0
 
     def __post_init__(self) -> None:
         o = self._owner
@@ -125,6 +130,7 @@ class HeadroomConfig:
         check_range(
             o, "extrapolate_reference_lag_s", self.extrapolate_reference_lag_s, 0.0, 7 * _DAY_S
         )
+        check_range(o, "class_pooling", self.class_pooling, 0.0, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +280,11 @@ class HeadroomLearner:
             n = len(groups[g][0])
             where = self._where(group)
             basis = f"{n} actual/forecast ratios ({where}), q{cfg.quantile:g} of all traffic"
+            if cfg.class_pooling > 0:
+                # both clipped first: a score can be 0 (no traffic), whose log is not finite
+                pooled_h = self._pooled.factor
+                value = pooled_towards(min(max(value, lo), hi), pooled_h, cfg.class_pooling)
+                basis += f", {cfg.class_pooling:g} of the way to the pooled {pooled_h:.3g}"
             self._cache[group] = Headroom(min(max(value, lo), hi), basis, n)
 
     def _reference(self, sigmas: np.ndarray) -> float:

@@ -15,6 +15,8 @@ same quantile.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 # exceedance levels a band may settle at (share of its traffic let through)
@@ -58,3 +60,9 @@ def allocate(bands: list[tuple[np.ndarray, np.ndarray]], quantile: float) -> lis
         _, b, k = best
         budget -= share[b] * (LEVELS[k] - LEVELS[at[b]])
         at[b] = k
+
+
+def pooled_towards(own: float, pooled: float, share: float) -> float:
+    """A group's headroom moved `share` of the way to the pooled one, in log (both > 0): partial
+    pooling, for when a group's own tail is a noisy or misleading estimate of its next week's."""
+    return math.exp((1.0 - share) * math.log(own) + share * math.log(pooled))

@@ -117,6 +117,11 @@ CANDIDATES: dict[str, tuple[dict, dict, dict]] = {
     # headroom: a score is the highest 30 s mean over the horizon, whose max grows with its span
     "horizon_30": ({}, {"horizon_s": 30.0}, {}),
     "horizon_0": ({}, {"horizon_s": 0.0}, {}),
+    # ... and each volatility class's log-headroom pooled part of the way to all scores' (on
+    # hourly_steps_weekly the half hour before a step is calm, so the classes hold slack after
+    # the steps and too little before them, where Knative holds the same everywhere)
+    "class_pooling_0_25": ({"class_pooling": 0.25}, {}, {}),
+    "class_pooling_0_5": ({"class_pooling": 0.5}, {}, {}),
     # the last two fit on the test days, refit here: time-of-day bands on top of the classes
     # (two 12-hour and six 4-hour bands against none) and the forecast's weight on the
     # profile against the recent rate (0.3, 0.5 and 0.9 against 0.7)

@@ -174,3 +174,35 @@ def test_a_reference_lag_keeps_the_calmer_past_as_the_reference_for_that_long():
     # the plans scored before the last two hours are the calm and the 20% ones
     late = lagged.headroom(t)
     assert "past the window's 0.182" in late.basis and late.factor > now.headroom(t).factor
+
+
+def calm_and_jumpy(**kw) -> tuple[float, float, float]:
+    """The calm and the jumpy class's headroom after the phases above, and the pooled one."""
+    out = []
+    for classes in (2, 1):
+        cfg = HeadroomConfig(
+            quantile=0.95, min_scores=5, num_volatility_classes=classes, score_window_s=0.0, **kw
+        )
+        h = HeadroomLearner(cfg)
+        t = run_phase(h, 0.0, [100.0] * 12 + [100.0, 160.0] * 6 + [100.0] * 7)
+        out.append(h.headroom(t).factor)
+        t = run_phase(h, t, [100.0, 160.0] * 2)
+        out.append(h.headroom(t + 600.0).factor)
+    calm, jumpy, pooled, _ = out
+    return calm, jumpy, pooled
+
+
+def test_class_pooling_moves_each_class_towards_the_pooled_headroom_in_log():
+    calm, jumpy, pooled = calm_and_jumpy()
+    # the jumps are more than 5% of all scores: pooled, the calm hours would hold them too
+    assert (calm, jumpy, pooled) == (pytest.approx(1.0), pytest.approx(1.6), pytest.approx(1.6))
+    half_calm, half_jumpy, _ = calm_and_jumpy(class_pooling=0.5)
+    assert half_calm == pytest.approx(math.sqrt(calm * pooled))  # halfway, in log
+    assert half_jumpy == pytest.approx(math.sqrt(jumpy * pooled))
+    all_calm, all_jumpy, _ = calm_and_jumpy(class_pooling=1.0)
+    assert all_calm == pytest.approx(pooled) and all_jumpy == pytest.approx(pooled)
+
+
+def test_class_pooling_out_of_range_is_an_error_naming_it():
+    with pytest.raises(ValueError, match=r"class_pooling=1.5 is out of range"):
+        HeadroomConfig(class_pooling=1.5)
