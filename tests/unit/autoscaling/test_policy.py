@@ -297,7 +297,7 @@ def test_lead_is_override_else_measured_cold_start_plus_margin_else_configured()
     assert lead_s_for(CFG, 100.0, None) == 100.0 + CFG.cold_start_margin_s
     assert lead_s_for(CFG, None, None) == CFG.lead_s
     (d,) = run([(0.0, snap(30.0, cold_start_p95_s=90.0))])
-    assert d.lead_s == 150.0 and "within 150+60 s" in d.reason
+    assert d.lead_s == 150.0 and f"within 150+{CFG.horizon_s:.0f} s" in d.reason
 
 
 def test_state_round_trips_through_a_dict():
