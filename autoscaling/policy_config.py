@@ -4,8 +4,10 @@ Its cluster.yaml face is the `controller` section plus `pools` and the interacti
 `PolicyConfig.from_app_config(app_cfg)` maps them. Errors name the field, the value and the range.
 
 `FIT_ON` says, for every default of the autoscaling policy that was chosen by replaying traffic
-(here, `HeadroomConfig` in autoscaling/headroom.py, `ForecastConfig` in autoscaling/forecast.py
-and the replay's `ReplaySettings.hot_quantile`), what it was fit on. Under the validation
+(here, `HeadroomConfig` in autoscaling/headroom_config.py, `ForecastConfig` in
+autoscaling/forecast.py and the replay's `ReplaySettings.hot_quantile`), what it was fit on. The
+defaults cluster.yaml's `controller` section also exposes live in common/policy_defaults.py, so
+the replay and a live app read them from one place. Under the validation
 protocol (autoscaling/replay/protocol.py, docs/autoscaling.md) settings are fit on training and
 validation splits only; the shared traces' days 8-14 are a test set. The entries marked
 "test days" were chosen before that protocol existed and saw the test set: their results there
@@ -18,6 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from common import policy_defaults as defaults
 from common.validate import check_order, check_range
 
 _TEST_DAYS = "the shared traces' days 8-14 (the test set; chosen before the protocol)"
@@ -158,9 +161,11 @@ class PolicyConfig:
     min_cold_replicas: int = 0
     max_cold_replicas: int = 2
     ttft_slo_s: float = 1.0
-    target_utilization: float = 0.85  # plan replicas at this share of capacity (R6: 0.7-0.85)
-    lead_s: float = 900.0  # lead when no cold start was measured and no window override applies
-    cold_start_margin_s: float = 60.0  # added to the measured p95 cold start
+    # plan replicas at this share of capacity (R6: 0.7-0.85)
+    target_utilization: float = defaults.TARGET_UTILIZATION
+    # lead when no cold start was measured and no window override applies
+    lead_s: float = defaults.LEAD_S
+    cold_start_margin_s: float = defaults.COLD_START_MARGIN_S  # added to the measured p95
     # also cover the forecast this long past the lead. The plan is remade every tick and the
     # scale-down window holds it, so a longer span mostly widens the max its scores are taken
     # over; 30 s chosen in the twelfth tuning run (FIT_ON), against 60 s and 0
@@ -171,7 +176,7 @@ class PolicyConfig:
     trend_window_s: float = 180.0
     # scale-down = max recommendation over this window; short, because the learned headroom
     # already covers the forecast's errors over the cold start (a long hold pays twice)
-    stabilization_window_s: float = 60.0
+    stabilization_window_s: float = defaults.STABILIZATION_WINDOW_S
     panic_queue_fraction: float = 0.5  # emergency when queue wait/depth > this x ttft_slo_s
     # ... or when more than this share of the interval's requests were refused for capacity
     # (429): the replicas' admission keeps their queues short by refusing, so under overload
@@ -181,13 +186,13 @@ class PolicyConfig:
     panic_hold_s: float = 60.0  # no scale-down this long after an emergency (Knative: 60 s)
     # the plan's queue margin (policy.queue_margin_rps): capacity above the base so that its
     # Poisson arrivals pass the emergency's queue wait this share of the time; 0: no margin
-    queue_tail_share: float = 0.5
+    queue_tail_share: float = defaults.QUEUE_TAIL_SHARE
     # the scale-down band (policy._scale_down_band): a replica goes only if the pool left behind
     # passes that wait at most this share of the time; 0: no band (down to the plan at once);
     # at or above queue_tail_share it keeps nothing the plan does not
     # Chosen on the validation splits (autoscaling_validation_frontier_scale_down_band.json),
     # refit with the plan at 0.5 in the tenth run (autoscaling_validation_frontier_tenth_run.json)
-    scale_down_tail_share: float = 0.01
+    scale_down_tail_share: float = defaults.SCALE_DOWN_TAIL_SHARE
     # the plan's "rate seen now" is the mean over this window (0: the last tick's rate alone;
     # a 10 s count's noise, taken as a max with the forecast, biased every plan upwards)
     rate_window_s: float = 30.0

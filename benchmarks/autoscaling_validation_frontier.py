@@ -223,6 +223,7 @@ def summarise(rows: list[dict], names: list[str]) -> dict:
     for name in names:
         mine = [r for r in rows if r["candidate"] == name]
         costs = [r["tideserve_to_99_5_over_oracle"] for r in mine]
+        at = [r["default_quantile"] for r in mine]
         summary[name] = {
             "num_replays": len(mine),
             "num_beating_knative": int(sum(r["beats_knative"] for r in mine)),
@@ -233,6 +234,11 @@ def summarise(rows: list[dict], names: list[str]) -> dict:
             ],
             "num_never_reaching_99_5": sum(c is None for c in costs),
             "t1_share": float(np.mean([r["default_quantile"]["t1"] for r in mine])),
+            # where the default quantile sits on the frontier: its cost and its thinnest SLO
+            "mean_default_gpu_hours_over_oracle": float(
+                np.mean([d["gpu_hours_over_oracle"] for d in at])
+            ),
+            "lowest_default_slo_attainment": min(d["slo_attainment"] for d in at),
             # T3a on validation: every judged day of every split, Knative at equal cost minus it
             "violation_minutes_fewer_than_knative_per_day": _days_ci(mine),
         }

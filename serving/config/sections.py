@@ -12,11 +12,11 @@ import itertools
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from autoscaling.policy_config import PolicyConfig
+from common import policy_defaults as policy
 from common.tiers import TIERS
 from common.validate import check_bool, check_choice, check_order, check_range
 
@@ -297,12 +297,6 @@ class LeadOverride:
 SCALERS = ("serve_policy", "external")
 
 
-def _policy_default(name: str) -> Any:
-    """PolicyConfig's default for `name`. The replay builds PolicyConfig directly and a live app
-    through this section, so a default refit on the validation splits is written once, there."""
-    return next(f.default for f in fields(PolicyConfig) if f.name == name)
-
-
 @dataclass(frozen=True, slots=True)
 class ControllerSection:
     """Read by the forecast-driven cold pool: Serve's autoscaling policy
@@ -312,25 +306,25 @@ class ControllerSection:
 
     interval_s: float = 10.0  # seconds between two controller ticks
     # scale for the load forecast this far ahead when no cold start was measured
-    forecast_lead_s: float = _policy_default("lead_s")
+    forecast_lead_s: float = policy.LEAD_S
     # scale down only after this long below target
-    stabilization_window_s: float = _policy_default("stabilization_window_s")
+    stabilization_window_s: float = policy.STABILIZATION_WINDOW_S
     # extra lead for a cold replica to load and warm up
-    cold_start_margin_s: float = _policy_default("cold_start_margin_s")
+    cold_start_margin_s: float = policy.COLD_START_MARGIN_S
     # Time-of-day windows with their own lead (e.g. the noon peak 20 min ahead); disjoint.
     lead_overrides: tuple[LeadOverride, ...] = ()
     # Requests/s one replica sustains within the TTFT SLO (e.g. `python -m capacity plan`'s
     # figure); the policy plans for replica_capacity_rps x target_utilization (R6 safety factor).
     replica_capacity_rps: float = 2.0
     # the share of replica_capacity_rps planned for
-    target_utilization: float = _policy_default("target_utilization")
+    target_utilization: float = policy.TARGET_UTILIZATION
     # capacity kept above the plan so that its Poisson arrivals pass half the TTFT SLO's wait
     # this share of the time (autoscaling/policy.queue_margin_rps); 0 turns the margin off
-    queue_tail_share: float = _policy_default("queue_tail_share")
+    queue_tail_share: float = policy.QUEUE_TAIL_SHARE
     # the scale-down band: a cold replica goes only if the pool left behind passes that wait at
     # most this share of the time (autoscaling/policy._scale_down_band); 0: no band, and at or
     # above queue_tail_share it keeps nothing the plan does not
-    scale_down_tail_share: float = _policy_default("scale_down_tail_share")
+    scale_down_tail_share: float = policy.SCALE_DOWN_TAIL_SHARE
     # A `controller:` section in cluster.yaml turns the forecast-driven cold pool on
     # (serving/config/app_config.py sets enabled unless the section says `enabled: false`).
     enabled: bool = False

@@ -121,7 +121,7 @@ def test_queue_tail_share_comes_from_cluster_yaml_and_is_range_checked():
 
 def test_cluster_yamls_controller_defaults_are_the_policys_defaults_the_replay_was_tuned_with():
     # the replay builds PolicyConfig directly, a live app through cluster.yaml's controller
-    # section: the section takes its defaults from PolicyConfig, so a setting refit on the
+    # section: both take their defaults from common/policy_defaults.py, so a setting refit on the
     # validation splits moves in both, and the live policy runs what was validated
     live = PolicyConfig.from_app_config(AppConfig.from_args({}))
     replay = PolicyConfig(replica_capacity_rps=live.replica_capacity_rps)

@@ -6,7 +6,7 @@ import pytest
 
 from benchmarks._validation_merge import fully_replayed, merge
 from benchmarks._validation_rank import rank
-from benchmarks.autoscaling_validation_frontier import _days_ci
+from benchmarks.autoscaling_validation_frontier import _days_ci, summarise
 
 
 def row(split: str, days: list[float] | None) -> dict:
@@ -129,3 +129,25 @@ def test_merge_refuses_a_candidate_that_ran_with_other_defaults_when_both_files_
     rows, _, effective = merge([before, unrecorded])  # an unrecorded file: its names are trusted
     assert len(rows) == 1
     assert effective == before["effective"]  # and what was recorded goes on to the merged file
+
+
+def replay_row(split: str, seed: int, slo: float, gpu: float, to_99_5: float) -> dict:
+    at = {"slo_attainment": slo, "gpu_hours_over_oracle": gpu, "t1": slo >= 0.995}
+    return {
+        "candidate": "c",
+        "split": split,
+        "seed": seed,
+        "tideserve_to_99_5_over_oracle": to_99_5,
+        "knative_to_99_5_over_oracle": 0.95,
+        "beats_knative": to_99_5 < 0.95,
+        "default_quantile": at,
+        "violation_minutes_fewer_than_knative_by_day": [1.0, 2.0],
+    }
+
+
+def test_the_summary_says_where_the_default_quantile_sits_its_cost_and_thinnest_slo():
+    rows = [replay_row("a", 0, 0.998, 0.93, 0.90), replay_row("b", 0, 0.9951, 0.91, 0.92)]
+    s = summarise(rows, ["c"])["c"]
+    assert s["mean_default_gpu_hours_over_oracle"] == pytest.approx(0.92)
+    assert s["lowest_default_slo_attainment"] == 0.9951
+    assert (s["t1_share"], s["num_beating_knative"]) == (1.0, 2)
