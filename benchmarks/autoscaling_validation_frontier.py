@@ -122,6 +122,11 @@ CANDIDATES: dict[str, tuple[dict, dict, dict]] = {
     # the steps and too little before them, where Knative holds the same everywhere)
     "class_pooling_0_25": ({"class_pooling": 0.25}, {}, {}),
     "class_pooling_0_5": ({"class_pooling": 0.5}, {}, {}),
+    # the scale-down window (60 s, fit in the fourth run on seed 0, before the scale-down band):
+    # since the band keeps the pool from flapping at a replica boundary, the window may hold
+    # twice what the band already holds
+    "stabilization_30s": ({}, {"stabilization_window_s": 30.0}, {}),
+    "stabilization_0s": ({}, {"stabilization_window_s": 0.0}, {}),
     # the last two fit on the test days, refit here: time-of-day bands on top of the classes
     # (two 12-hour and six 4-hour bands against none) and the forecast's weight on the
     # profile against the recent rate (0.3, 0.5 and 0.9 against 0.7)
