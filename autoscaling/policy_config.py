@@ -98,7 +98,9 @@ FIT_ON: dict[str, str] = {
     "PolicyConfig.stabilization_window_s": (
         "validation splits only (the four shapes' rolling origins and the shared traces' "
         "training week), seed 0, interpolated replay: 60 s with the queue margin and the 30 s "
-        "rate window against 120 s (120 s was fit on m-small's days 8-14 before the protocol)"
+        "rate window against 120 s (120 s was fit on m-small's days 8-14 before the protocol); "
+        "kept in the thirteenth run (12 validation splits, seeds 0 and 1, horizon 30 s): 30 s "
+        "and 0 s miss T1 on one split (autoscaling_validation_frontier_thirteenth_run.json)"
     ),
     "PolicyConfig.queue_tail_share": (
         "validation splits only, seeds 0 and 1, interpolated replay, with the scale-down band "
