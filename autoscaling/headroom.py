@@ -42,7 +42,8 @@ settings; no cap is picked by looking at a trace.
   one (`headroom_alloc.pooled_towards`): partial pooling, tried in the twelfth tuning run and left
   off (docs/autoscaling.md).
 * The result is clipped to `clip`: below 1 when the forecast over-predicts (its peak over a window
-  is above the rate most of the time), never absurd when a few scores are wild.
+  is above the rate most of the time), never absurd when a few scores are wild. A lower bound
+  above 1 is a floor: a uniform margin under the learned one.
 
 `HeadroomLearner` holds the scores (like the Forecaster, an accumulator with time passed in);
 `band_of`, `volatility.classes_of`, `volatility.extrapolated` and `headroom_alloc.allocate` are

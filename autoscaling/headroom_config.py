@@ -25,6 +25,9 @@ class HeadroomConfig:
     volatility_num_jumps: int = 3  # the last 3 jumps of 10-minute means: half an hour
     window_s: float = 7 * _DAY_S  # scores older than this drop out (a week: every weekday)
     min_scores: int = 50  # per group before the group's own quantile is used
+    # the headroom's bounds: below 1 when the forecast over-predicts; a lower bound above 1 is
+    # a floor, a uniform margin like Knative's under the learned one (tried in the fourteenth
+    # tuning run, docs/autoscaling.md)
     clip: tuple[float, float] = (0.5, 4.0)
     # the SLO's feedback on that headroom (autoscaling/headroom_feedback.py): log-headroom moved
     # per second of mean traffic, up when served in distress, down otherwise; 0 turns it off
@@ -65,8 +68,8 @@ class HeadroomConfig:
         check_range(o, "volatility_num_jumps", self.volatility_num_jumps, 1, 144, integer=True)
         check_range(o, "min_scores", self.min_scores, 1, None, integer=True)
         lo, hi = self.clip
-        check_range(o, "clip[0]", lo, 0.0, 1.0, lo_open=True)
         check_range(o, "clip[1]", hi, 1.0, 100.0)
+        check_range(o, "clip[0]", lo, 0.0, hi, lo_open=True)
         check_range(o, "feedback_gain_per_s", self.feedback_gain_per_s, 0.0, 1.0)
         lo, hi = self.feedback_range
         check_range(o, "feedback_range[0]", lo, 0.0, 1.0, lo_open=True)

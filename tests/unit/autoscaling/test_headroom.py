@@ -157,6 +157,13 @@ def test_headroom_is_clipped():
     assert h.headroom(0.0).factor == 2.0
 
 
+def test_a_lower_bound_above_one_is_a_floor_under_calm_traffic():
+    h = learner(clip=(1.1, 4.0))
+    for i in range(50):
+        plan_and_see(h, i * 20.0, 100.0, 100.0)  # the forecast is exact: learned headroom 1
+    assert h.headroom(0.0).factor == pytest.approx(1.1)
+
+
 def test_state_survives_a_round_trip_through_a_dict():
     h = learner()
     for i in range(30):
@@ -175,10 +182,12 @@ def test_state_survives_a_round_trip_through_a_dict():
         ("num_bands", 7, "divide a day"),
         ("min_scores", 0, "1 <= min_scores"),
         ("clip[1]", 0.9, "1.0 <= clip[1]"),
+        ("clip[0]", 2.5, "0.0 < clip[0] <= 2.0"),
     ],
 )
 def test_bad_settings_name_the_field_and_the_range(field, value, allowed):
-    kw = {"clip": (0.5, value)} if field == "clip[1]" else {field: value}
+    clips = {"clip[1]": (0.5, value), "clip[0]": (value, 2.0)}
+    kw = {"clip": clips[field]} if field in clips else {field: value}
     with pytest.raises(ValueError, match=re_escape(allowed)):
         HeadroomConfig(**kw)
 
