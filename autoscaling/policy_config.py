@@ -75,6 +75,12 @@ FIT_ON: dict[str, str] = {
         "replays cheaper than Knative, and 30 s of plan horizon ranked above them "
         "(autoscaling_validation_frontier_twelfth_run.json)"
     ),
+    "HeadroomConfig.clip": (
+        "(0.5, 4.0) not fit; a floor (clip[0]) of 1.05 and 1.10 against none on the 12 validation "
+        "splits, seeds 0 and 1, interpolated replay: both hold T1 and rank below none, cheaper "
+        "than Knative on 11 and 2 of 24 replays against 21 "
+        "(autoscaling_validation_frontier_fourteenth_run.json)"
+    ),
     "PolicyConfig.horizon_s": (
         "validation splits only (12, with turning_volatile), seeds 0 and 1, interpolated "
         "replay: 30 s against 60 s (the default before, never fit) and 0; 30 s ties 60 s on T1, "
