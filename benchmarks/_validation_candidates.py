@@ -74,7 +74,7 @@ CANDIDATES: dict[str, tuple[dict, dict, dict]] = {
     "stabilization_0s": ({}, {"stabilization_window_s": 0.0}, {}),
     # the fourteenth run: a floor under the learned headroom (clip[0] above 1). On
     # hourly_steps_weekly's first split the steps that miss come after 5 minutes at headroom
-    # 1.005-1.085 and raise the rate 10-18%, where Knative always holds 12-28% spare
+    # 1.005-1.085 and raise the rate 10-18%, where Knative's spare stays 12-28% (5th-95th pct)
     "headroom_floor_1_05": ({"clip": (1.05, 4.0)}, {}, {}),
     "headroom_floor_1_10": ({"clip": (1.10, 4.0)}, {}, {}),
     # the last two fit on the test days, refit here: time-of-day bands on top of the classes
