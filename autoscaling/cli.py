@@ -21,7 +21,13 @@ def _add_replay(sub) -> None:
     p.add_argument("--app", default="tideserve", help="application name in the config")
     p.add_argument("--policy", action="append", choices=POLICIES, help="repeat; default: all")
     p.add_argument("--scale-to-peak-replicas", type=int, default=None)
-    p.add_argument("--cold-start-s", type=float, default=120.0)
+    starts = p.add_mutually_exclusive_group()
+    starts.add_argument("--cold-start-s", type=float, default=120.0, help="every start alike")
+    starts.add_argument(
+        "--cold-starts",
+        default=None,
+        help="a benchmarks/cold_start.py result file: each start draws one of its trials",
+    )
     p.add_argument("--train-days", type=float, default=0.0)
     p.add_argument(
         "--replica-capacity-rps",
@@ -82,6 +88,7 @@ def _service(args, app_cfg):
 
 def cmd_replay(args) -> int:
     from autoscaling.policy import PolicyConfig
+    from autoscaling.replay.cold_starts import ColdStarts
     from autoscaling.replay.offline import OfflineLoad
     from autoscaling.replay.runner import ReplaySettings, run_replay
     from autoscaling.replay.traces import load_trace
@@ -89,11 +96,13 @@ def cmd_replay(args) -> int:
 
     app_cfg = load_cluster_yaml(args.config, args.app)
     service = _service(args, app_cfg)
+    measured = ColdStarts.from_cold_start_result(args.cold_starts) if args.cold_starts else None
     cfg = PolicyConfig.from_app_config(app_cfg, replica_capacity_rps=service.replica_capacity_rps)
     settings = ReplaySettings(
         policies=tuple(args.policy or POLICIES),
         scale_to_peak_replicas=args.scale_to_peak_replicas,
-        cold_start_s=args.cold_start_s,
+        cold_start_s=measured.median_s if measured else args.cold_start_s,
+        cold_starts=measured,
         train_days=args.train_days,
         interval_s=max(round(app_cfg.controller.interval_s), 1),
         seed=args.seed,
@@ -114,6 +123,15 @@ def cmd_replay(args) -> int:
     return 0
 
 
+def _cold_start_line(starts: dict) -> str:
+    if len(set(starts["samples_s"])) == 1:
+        return f"cold start: {starts['median_s']:.0f} s, every start alike"
+    return (
+        f"cold starts drawn from {starts['source']}: median {starts['median_s']:.1f} s, "
+        f"p95 {starts['p95_s']:.1f} s (tideserve's lead), longest {starts['max_s']:.1f} s"
+    )
+
+
 def format_report(report: dict) -> str:
     lines = [
         f"trace {report['trace']} ({report['trace_kind']}), judged "
@@ -121,6 +139,7 @@ def format_report(report: dict) -> str:
         f"scale x{report['scale']:.4g}; {report['num_gap_windows']} gap windows (not scored)",
         f"model: {report['service_model']}; arrivals: {report['arrival_model']}; "
         f"step {report['step_s']:.0f} s, controllers tick every {report['interval_s']} s",
+        _cold_start_line(report["cold_starts"]),
         f"{'policy':<12} {'GPU-h':>9} {'SLO ok':>8} {'viol. req':>11} {'TTFT p99':>9} "
         f"{'events':>7} {'hot':>4} {'max':>4}",
     ]

@@ -3,6 +3,12 @@ replay is deterministic, so a candidate's rows do not depend on which run they c
 
 from __future__ import annotations
 
+import json
+
+from autoscaling.replay.cold_starts import ColdStarts
+
+CONSTANT_120_S = ColdStarts.constant(120.0)  # every start alike: the replay's default
+
 
 def merge(results: list[dict]) -> tuple[list[dict], dict[str, list[str]], dict[str, str]]:
     """The rows, candidates and recorded settings of several result files on the same splits.
@@ -11,6 +17,10 @@ def merge(results: list[dict]) -> tuple[list[dict], dict[str, list[str]], dict[s
     each candidate ran with, defaults included, and those must match too); runs on other seeds
     add its rows for those seeds, and a (split, seed) replayed twice is taken from the first
     file."""
+    # a file from before --cold-starts replayed every start at 120 s
+    starts = {json.dumps(r.get("cold_starts", CONSTANT_120_S.describe())) for r in results}
+    if len(starts) > 1:
+        raise ValueError(f"--merge: the files replayed other cold starts: {sorted(starts)}")
     rows: list[dict] = []
     seen: set[tuple[str, str, int]] = set()
     candidates: dict[str, list[str]] = {}

@@ -1,7 +1,7 @@
 """Cost/SLO frontier of autoscaling policies on real traces: each policy's one knob swept.
 
     python benchmarks/autoscaling_frontier.py [--quick] [--json PATH] [--plot [PNG]] [--profile P]
-                                              [--admission]
+                                              [--admission] [--cold-starts FILE]
 
 Setup (the same for every trace and every policy): train on days 1-7, judge the rest; the trace
 scaled so its judged peak needs 20 replicas at the planning utilisation; cold start 120 s;
@@ -25,9 +25,15 @@ them is continuous (autoscaling/replay/arrivals.py); seed k draws its own Poisso
 moves the whole curve k x --phase-step-s (137 s, mod 600) later, so the trace's windows do not
 sit on the controllers' tick or the forecaster's bins. Per seed: every target (T1, T2, T3b) and
 violation-minutes; across seeds (autoscaling/replay/targets.py): T3a, the per-day difference in
-violation-minutes against every baseline at tideserve's GPU-hours, with its 95% interval.
+violation-minutes against every baseline at tideserve's GPU-hours, with its 95% interval, and
+references_judged_as_policies: T3a and T3b as if each yardstick were the policy; t3a_ceiling: the
+T3a of a policy with no violation at all, per baseline point (where it is not above 0, nothing is).
 --seeds 1 --arrivals steps is the earlier single-seed, piecewise-constant replay.
 --quick: m-small only, days 8-9 judged, 3-5 knob values per policy (use --seeds 2).
+--cold-starts FILE: each replica start draws its length from a benchmarks/cold_start.py result's
+trials (autoscaling/replay/cold_starts.py); tideserve and the next-window yardstick plan on their
+p95, the oracles on the longest; --sweeps full widens every knob's sweep (a short cold start moves
+the baselines' crossings of 99.5% off the few points the per-seed sweep holds).
 --admission: the replicas refuse (429) what would pass the 1.0 s SLO, as tideserve's serving path
 does, instead of queueing it without bound; each refusal counts as a violation, and the policies
 see the refusals (tideserve's emergency path reads their share, the baselines the arrival rate,
@@ -47,22 +53,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from autoscaling.headroom import HeadroomConfig
 from autoscaling.policy import PolicyConfig
 from autoscaling.replay.arrivals import ARRIVAL_SHAPES
-from autoscaling.replay.frontier import (
-    default_sweeps,
-    gpu_hours_to_reach,
-    run_sweeps,
-    violations_at,
-)
+from autoscaling.replay.cold_starts import ColdStarts
+from autoscaling.replay.frontier import SWEEP_LEVELS, default_sweeps, gpu_hours_to_reach, run_sweeps
 from autoscaling.replay.runner import ReplaySettings, prepare
 from autoscaling.replay.service import ServiceModel
-from autoscaling.replay.targets import across_seeds, seed_targets
+from autoscaling.replay.targets import (
+    across_seeds,
+    references_judged_as_policies,
+    seed_targets,
+    t3a_ceiling,
+)
 from autoscaling.replay.traces import load_trace
 from benchmarks._common import TRACES_DIR, log, machine_info, write_json
+from benchmarks._frontier_summary import summarise
 
 CAP_RPS = 20.0
+COLD_START_S = 120.0
 TTFT_SLO_S = 1.0
 TRACES = ("m-small", "m-large")
-SLOS = (0.995, 0.999)
 # hindsight no controller has: not baselines to beat, yardsticks (autoscaling/replay/frontier.py)
 REFERENCES = ("oracle", "present_rate", "next_window", "rate_oracle")
 # the traces folder's other shapes, and why they are not in the frontier
@@ -84,76 +92,21 @@ def _service(args) -> ServiceModel:
     return replace(svc, **admit)
 
 
-def _nearest(rows: list[dict], gpu_hours: float) -> dict:
-    """The sweep point closest in GPU-hours: its knob value, GPU-hours and violation episodes."""
-    r = min(rows, key=lambda r: abs(r["gpu_hours"] - gpu_hours))
-    return {"value": r["value"], "gpu_hours": r["gpu_hours"], **r["episodes"]}
-
-
-def _present_rate_context(sweeps: dict[str, list[dict]], ts: dict, re_viol: float | None) -> dict:
-    """What perfect knowledge of the present buys, at tideserve's default GPU-hours: the
-    reference's violations there, and reactive's over them (T3's ratio, for the reference).
-    Per swept headroom: reactive's violations over the reference's at the same GPU-hours (None
-    where reactive's sweep does not span them, or where the reference had no violation)."""
-    rows = sweeps.get("present_rate", [])
-    by_headroom = {}
-    for r in rows:
-        v = violations_at(sweeps["reactive"], r["gpu_hours"])
-        ok = v is not None and r["num_slo_violations"] > 0
-        by_headroom[f"{r['value']:g}"] = v / r["num_slo_violations"] if ok else None
-    at_ts = violations_at(rows, ts["gpu_hours"]) if rows else None
-    return {
-        "violations_at_tideserve_gpu_hours": at_ts,
-        "reactive_violations_over_its_own_at_tideserve_gpu_hours": None
-        if at_ts is None or re_viol is None
-        else re_viol / max(at_ts, 0.5),
-        "tideserve_violations_over_its_own_at_tideserve_gpu_hours": None
-        if at_ts is None
-        else ts["num_slo_violations"] / max(at_ts, 0.5),
-        "reactive_violations_over_its_own_by_fixed_headroom": by_headroom,
-    }
-
-
-def summarise(sweeps: dict[str, list[dict]], default_q: float) -> dict:
-    oracle = sweeps["oracle"][0]["gpu_hours"]
-    reach = {
-        p: {f"{100 * slo:g}%": gpu_hours_to_reach(rows, slo) for slo in SLOS}
-        for p, rows in sweeps.items()
-    }
-    ts = next(r for r in sweeps["tideserve"] if r["value"] == default_q)
-    ts["is_default"] = True
-    re_viol = violations_at(sweeps["reactive"], ts["gpu_hours"])
-    return {
-        "oracle_gpu_hours": oracle,
-        "gpu_hours_to_reach": reach,
-        "gpu_hours_to_reach_over_oracle": {
-            p: {k: (v / oracle if v is not None else None) for k, v in d.items()}
-            for p, d in reach.items()
-        },
-        "tideserve_default": {
-            k: ts[k] for k in ("value", "gpu_hours", "slo_attainment", "num_slo_violations")
-        }
-        | {"gpu_hours_over_oracle": ts["gpu_hours"] / oracle},
-        "reactive_violations_at_tideserve_gpu_hours": re_viol,
-        "present_rate_reference": _present_rate_context(sweeps, ts, re_viol),
-        "violation_episodes": {
-            "tideserve_default": ts["episodes"],
-            "reactive_nearest_gpu_hours": _nearest(sweeps["reactive"], ts["gpu_hours"]),
-        },
-        # the earlier T3's ratio (violating requests, reactive over tideserve), for comparison
-        "reactive_violations_over_tideserve_at_equal_gpu_hours": None
-        if re_viol is None
-        else re_viol / max(ts["num_slo_violations"], 0.5),
-    }
+def _cold_starts(args) -> ColdStarts:
+    if args.cold_starts:
+        return ColdStarts.from_cold_start_result(args.cold_starts)
+    return ColdStarts.constant(COLD_START_S)
 
 
 def run_seed(trace, name: str, seed: int, args, service: ServiceModel) -> dict:
     """One seed: Poisson draw `seed`, the curve moved `seed x --phase-step-s` seconds later."""
     cfg = PolicyConfig(replica_capacity_rps=service.replica_capacity_rps, ttft_slo_s=TTFT_SLO_S)
     phase = (seed * args.phase_step_s) % 600
+    starts = _cold_starts(args)
     settings = ReplaySettings(
         scale_to_peak_replicas=20,
-        cold_start_s=120.0,
+        cold_start_s=starts.median_s,
+        cold_starts=None if starts.is_constant else starts,
         train_days=7.0,
         judge_days=2.0 if args.quick else None,
         seed=seed,
@@ -163,7 +116,7 @@ def run_seed(trace, name: str, seed: int, args, service: ServiceModel) -> dict:
     prep = prepare(trace, cfg, settings)
     log(f"{name} seed {seed} (phase {phase} s, {args.arrivals}): "
         f"{len(prep.arrivals) / 86400:.1f} days judged, peak {prep.peak_rps:.0f} rps")  # fmt: skip
-    level = "quick" if args.quick else ("seeds" if args.seeds > 1 else "full")
+    level = args.sweeps or ("quick" if args.quick else ("seeds" if args.seeds > 1 else "full"))
     sweeps = run_sweeps(
         prep, cfg, service, settings, default_sweeps(service, level), log, args.jobs
     )
@@ -193,13 +146,20 @@ def trace_report(trace, args, service: ServiceModel, seeds: list[dict]) -> dict:
         "trace": trace.name,
         "judged_days": seeds[0]["judged_days"],
         "train_days": 7.0,
-        "cold_start_s": 120.0,
+        "cold_start_s": _cold_starts(args).median_s,
+        "cold_starts": _cold_starts(args).describe(),
         "scale_to_peak_replicas": 20,
         "arrivals": args.arrivals,
         "service_model": service.describe(),
         "service_queue": "FIFO queue" if service.admit_ttft_s is None else "admission (429)",
         "ttft_slo_s": TTFT_SLO_S,
         "across_seeds": judged,
+        # T3 as if each yardstick were the policy: what the targets need to be told
+        "references_judged_as_policies": references_judged_as_policies(
+            [s["sweeps"] for s in seeds], gpu_hours_to_reach
+        ),
+        # the most T3a any policy could score: a policy with no violation at all
+        "t3a_ceiling": t3a_ceiling([s["sweeps"] for s in seeds]),
         "seeds": seeds,
         # the first seed's frontier, for the plot and for readers of earlier result files
         "sweeps": seeds[0]["sweeps"],
@@ -217,6 +177,18 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=1, help="simulations in parallel (processes)")
     ap.add_argument("--seeds", type=int, default=5, help="Poisson seeds, each phase-shifted")
     ap.add_argument("--arrivals", choices=ARRIVAL_SHAPES, default="interpolated")
+    ap.add_argument(
+        "--cold-starts",
+        default=None,
+        help="a benchmarks/cold_start.py result: each replica start draws one of its trials "
+        "(default: every start takes 120 s)",
+    )
+    ap.add_argument(
+        "--sweeps",
+        choices=SWEEP_LEVELS,
+        default=None,
+        help="knob values swept (default: quick with --quick, seeds with --seeds > 1, else full)",
+    )
     ap.add_argument("--phase-step-s", type=int, default=137, help="seed k: k x this, mod 600 s")
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--avg-input-tokens", type=float, default=1000.0)

@@ -3,6 +3,7 @@
     python benchmarks/autoscaling_validation_frontier.py [--quick] [--json PATH] [--jobs N]
                                                          [--seeds N] [--first-seed K]
                                                          [--candidates NAME ...]
+                                                         [--cold-starts FILE]
     python benchmarks/autoscaling_validation_frontier.py --merge A.json B.json --json OUT.json
 
 The splits are the protocol's validation splits (autoscaling/replay/protocol.validation_splits,
@@ -26,7 +27,9 @@ eleventh).
 --quick: the shared traces' two splits, one seed, two candidates. --merge ranks together the
 candidates of earlier runs on the same splits (the replay is deterministic, so a candidate's rows
 do not depend on which run they came from); a run on other seeds adds those seeds, and only the
-candidates replayed on every seed are ranked. It replays nothing.
+candidates replayed on every seed are ranked. It replays nothing, and refuses files whose cold
+starts differ. --cold-starts FILE: each replica start draws its length from a
+benchmarks/cold_start.py result's trials (autoscaling/replay/cold_starts.py), not 120 s.
 """
 
 from __future__ import annotations
@@ -46,13 +49,14 @@ from autoscaling.forecast import ForecastConfig
 from autoscaling.headroom import HeadroomConfig
 from autoscaling.policy import PolicyConfig
 from autoscaling.replay import judge
+from autoscaling.replay.cold_starts import ColdStarts
 from autoscaling.replay.frontier import Sweep, gpu_hours_to_reach, run_sweeps
 from autoscaling.replay.protocol import validation_splits
 from autoscaling.replay.runner import ReplaySettings, prepare
 from autoscaling.replay.service import ServiceModel
 from benchmarks._common import log, machine_info, write_json
 from benchmarks._validation_candidates import CANDIDATES
-from benchmarks._validation_merge import fully_replayed, merge
+from benchmarks._validation_merge import CONSTANT_120_S, fully_replayed, merge
 from benchmarks._validation_rank import rank
 from benchmarks.autoscaling_shapes import shapes
 from benchmarks.autoscaling_validation import PHASE_STEP_S, _trace
@@ -80,12 +84,15 @@ def _settings(name: str) -> tuple[HeadroomConfig, PolicyConfig, ForecastConfig]:
     return replace(HeadroomConfig(), **head_kw), cfg, replace(ForecastConfig(), **fc_kw)
 
 
-def run_split(split, seed: int, names: list[str], jobs: int) -> list[dict]:
+def run_split(
+    split, seed: int, names: list[str], jobs: int, starts: ColdStarts = CONSTANT_120_S
+) -> list[dict]:
     svc = ServiceModel(20.0)
     full = svc.replica_capacity_rps * svc.mean_e2e_s  # in flight at capacity
     base = ReplaySettings(
         scale_to_peak_replicas=20,
-        cold_start_s=120.0,
+        cold_start_s=starts.median_s,
+        cold_starts=None if starts.is_constant else starts,
         seed=seed,
         arrival_shape="interpolated",
         phase_s=(seed * PHASE_STEP_S) % 600,
@@ -186,6 +193,7 @@ def merge_main(paths: list[str], json_path: str | None) -> int:
     rows, candidates, effective = merge(results)
     keep = ("benchmark", "quick", "splits", "quantiles")
     out = {k: results[0][k] for k in keep} | {"merged_from": paths}
+    out["cold_starts"] = results[0].get("cold_starts", CONSTANT_120_S.describe())
     out["seeds"] = sorted({r["seed"] for r in rows})
     out["machine_info"] = [r.get("machine_info") for r in results]
     # the recorded settings go on, so a merged file merged again is checked as its sources were
@@ -207,6 +215,12 @@ def main() -> int:
     ap.add_argument("--first-seed", type=int, default=0, help="seeds first..first+seeds-1")
     ap.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES))
     ap.add_argument("--merge", nargs="+", default=None, help="rank earlier runs' candidates")
+    ap.add_argument(
+        "--cold-starts",
+        default=None,
+        help="a benchmarks/cold_start.py result: each start draws one of its trials (default: "
+        "every start takes 120 s)",
+    )
     args = ap.parse_args()
     if args.merge:
         return merge_main(args.merge, args.json)
@@ -222,9 +236,13 @@ def main() -> int:
     out["effective"] = {c: repr(_settings(c)) for c in names}  # defaults included
     out["quantiles"], out["knative_utilisations"] = QUANTILES, KNATIVE_UTILS
     out["machine_info"] = machine_info("cpu", "float64 (numpy replay)")
+    starts = CONSTANT_120_S
+    if args.cold_starts:
+        starts = ColdStarts.from_cold_start_result(args.cold_starts)
+    out["cold_starts"] = starts.describe()
     for k in range(args.first_seed, args.first_seed + seeds):
         for sp in splits:
-            rows += run_split(sp, k, names, args.jobs)
+            rows += run_split(sp, k, names, args.jobs, starts)
             out["rows"], out["wall_s"] = rows, time.perf_counter() - t0
             if args.json:  # rewritten after every split: a run cut short keeps what it did
                 write_json(args.json, out)

@@ -131,28 +131,27 @@ def _controller(policy: str, value: float, prep: Prepared, cfg: PolicyConfig, sv
     if policy == "present_rate":
         tcfg = _pools(prep, cfg, s, max_n)
         return PresentRateController(
-            tcfg, prep.arrivals, prep.t0_s, prep.bin_s, value, s.interval_s, s.cold_start_s
+            tcfg, prep.arrivals, prep.t0_s, prep.bin_s, value, s.interval_s, s.starts.p95_s
         )
     if policy == "next_window":
         tcfg = _pools(prep, cfg, s, max_n)
         return PresentRateController(
-            tcfg, prep.arrivals, prep.t0_s, prep.bin_s, value, s.interval_s, s.cold_start_s,
-            name=policy, ahead_s=s.cold_start_s + s.interval_s,
+            tcfg, prep.arrivals, prep.t0_s, prep.bin_s, value, s.interval_s, s.starts.p95_s,
+            name=policy, ahead_s=s.starts.p95_s + s.interval_s,
         )  # fmt: skip
     if policy == "tideserve":
         head = replace(s.headroom, quantile=value)
         tcfg = _pools(prep, cfg, s, max_n)
         ctl = TideserveController(
-            tcfg, Forecaster(s.forecast), cold_start_p95_s=s.cold_start_s, headroom=head
+            tcfg, Forecaster(s.forecast), cold_start_p95_s=s.starts.p95_s, headroom=head
         )
         if len(prep.train_rates):
             ctl.train(prep.t0_s - len(prep.train_rates) * prep.bin_s, prep.bin_s, prep.train_rates)
         return ctl
+    look = math.ceil(s.starts.max_s) + s.interval_s  # the oracles know every start's length
     if policy == "oracle":
-        look = int(s.cold_start_s) + s.interval_s
         return OracleController(policy, prep.arrivals, prep.t0_s, cap, look)
     if policy == "rate_oracle":
-        look = int(s.cold_start_s) + s.interval_s
         tail = replace(cfg, queue_tail_share=value)
         return RateOracleController(policy, prep.rate_s, prep.t0_s, cap, look, tail)
     raise ValueError(f"policy={policy!r} has no frontier sweep")
@@ -166,10 +165,14 @@ def _one(task: tuple[Sweep, float]) -> dict:
     prep, cfg, svc, s = _SHARED
     t = time.perf_counter()
     ctl = _controller(sw.policy, value, prep, cfg, svc, s)
-    res = simulate(ctl, prep.arrivals, prep.observed, prep.t0_s, svc, s.interval_s, s.cold_start_s)
+    res = simulate(
+        ctl, prep.arrivals, prep.observed, prep.t0_s, svc, s.interval_s, s.cold_start_s,
+        draw_cold_starts=s.starts.sampler(s.seed),
+    )  # fmt: skip
     row = metrics(res, prep, cfg.ttft_slo_s)
     row.pop("last_reasons")
     floor_s = s.interval_s + s.cold_start_s  # the fastest answer to a step no one foresaw
+    # (with measured starts cold_start_s is their median: the typical answer's length)
     row["episodes"] = episodes.summarise(
         res.ttft_s, prep.arrivals, prep.scored, cfg.ttft_slo_s, prep.bin_s, floor_s,
         refused=res.refused,

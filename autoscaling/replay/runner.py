@@ -35,6 +35,7 @@ from autoscaling.replay.baselines import (
     StaticController,
     replicas_for,
 )
+from autoscaling.replay.cold_starts import ColdStarts
 from autoscaling.replay.offline import OfflineLoad, fill_valleys
 from autoscaling.replay.service import ServiceModel
 from autoscaling.replay.sim import SimResult, simulate
@@ -57,6 +58,9 @@ class ReplaySettings:
     policies: tuple[str, ...] = POLICIES
     scale_to_peak_replicas: int | None = None  # scale so the judged peak needs this many
     cold_start_s: float = 120.0
+    # measured starts, each replica drawing one (autoscaling/replay/cold_starts.py); None: every
+    # start takes cold_start_s. When set, cold_start_s must be their median (what is reported)
+    cold_starts: ColdStarts | None = None
     train_days: float = 0.0
     judge_days: float | None = None  # None: everything after the training days
     interval_s: int = 10  # controller tick (cluster.yaml controller.interval_s)
@@ -81,9 +85,19 @@ class ReplaySettings:
             )
         if self.phase_s < 0:
             raise ValueError(f"phase_s={self.phase_s} is out of range; allowed: >= 0")
+        if self.cold_starts is not None and self.cold_start_s != self.cold_starts.median_s:
+            raise ValueError(
+                f"cold_start_s={self.cold_start_s} disagrees with cold_starts (median "
+                f"{self.cold_starts.median_s} s); with measured starts set it to their median"
+            )
         unknown = [p for p in self.policies if p not in POLICIES]
         if unknown:
             raise ValueError(f"policies={unknown!r} are not known; choose from {list(POLICIES)}")
+
+    @property
+    def starts(self) -> ColdStarts:
+        """The cold starts the replay draws from: the measured ones, or cold_start_s alone."""
+        return self.cold_starts or ColdStarts.constant(self.cold_start_s)
 
 
 @dataclass
@@ -155,7 +169,7 @@ def _controllers(prep: Prepared, cfg: PolicyConfig, service: ServiceModel, s: Re
                 **{**_fields(cfg), "hot_replicas": hot, "max_cold_replicas": max(max_n - hot, 0)}
             )
             ctl = TideserveController(
-                tcfg, Forecaster(s.forecast), cold_start_p95_s=s.cold_start_s, headroom=s.headroom
+                tcfg, Forecaster(s.forecast), cold_start_p95_s=s.starts.p95_s, headroom=s.headroom
             )
             if len(prep.train_rates):
                 ctl.train(
@@ -175,7 +189,7 @@ def _controllers(prep: Prepared, cfg: PolicyConfig, service: ServiceModel, s: Re
                 name, cap, u, e2e, hot_replicas=hot70, max_replicas=max_n
             )
         elif name == "oracle":
-            look = int(s.cold_start_s) + s.interval_s
+            look = math.ceil(s.starts.max_s) + s.interval_s
             out[name] = OracleController(name, prep.arrivals, prep.t0_s, cap, look)
     return out
 
@@ -221,8 +235,9 @@ def run_replay(
     for name, ctl in ctls.items():
         t = time.perf_counter()
         res = simulate(
-            ctl, prep.arrivals, prep.observed, prep.t0_s, service, s.interval_s, s.cold_start_s
-        )
+            ctl, prep.arrivals, prep.observed, prep.t0_s, service, s.interval_s, s.cold_start_s,
+            draw_cold_starts=s.starts.sampler(s.seed),
+        )  # fmt: skip
         row = metrics(res, prep, cfg.ttft_slo_s)
         row["hot_replicas"] = ctl.hot_replicas
         row["sim_wall_s"] = time.perf_counter() - t
@@ -240,6 +255,7 @@ def run_replay(
         "scale": prep.scale,
         "scale_to_peak_replicas": s.scale_to_peak_replicas,
         "cold_start_s": s.cold_start_s,
+        "cold_starts": s.starts.describe(),
         "interval_s": s.interval_s,
         "step_s": 1.0,
         "service_model": service.describe(),

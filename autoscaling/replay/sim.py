@@ -4,13 +4,15 @@ Each `interval_s` the controller sees what a real controller would (the arrival 
 interval, None inside a trace gap, refused requests counted in it; the refusals (429) of a service
 model that admits; queue depth and wait; ready and starting replicas) and returns
 targets. A replica asked for at t is ready at t + cold_start_s and costs GPU time from t (it is
-loading on a GPU). Scale-down cancels starting replicas first, then drains ready ones (the fluid
-model finishes their in-flight work at once). Between ticks the service model runs the queue
-second by second, vectorised over the interval.
+loading on a GPU); with `draw_cold_starts` each start draws its own length instead
+(autoscaling/replay/cold_starts.py). Scale-down cancels starting replicas first, the ones due
+last first, then drains ready ones (the fluid model finishes their in-flight work at once).
+Between ticks the service model runs the queue second by second, vectorised over the interval.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -59,18 +61,39 @@ class SimResult:
     reasons: list[str] = field(default_factory=list)  # the last few, for the report
 
 
-def _apply_cold_target(target: int, ready_cold: int, starting: list[float], ready_at: float) -> int:
-    """Start replicas up to `target` (ready at `ready_at`) or stop down to it, the ones still
-    starting first (cancelling a start costs nothing); returns the ready cold count."""
-    have = ready_cold + len(starting)
-    if target > have:
-        starting.extend([ready_at] * (target - have))
-    elif target < have:
-        drop = have - target
-        cancel = min(drop, len(starting))
-        del starting[len(starting) - cancel :]
-        ready_cold -= drop - cancel
-    return ready_cold
+@dataclass
+class _ColdPool:
+    """The elastic pool: replicas ready, and starting ones by their ready-at time, soonest first."""
+
+    draw: Callable[[int], list[float]]  # n starts' lengths
+    ready: int = 0
+    starting: list[float] = field(default_factory=list)
+
+    def apply(self, target: int, now_s: float) -> None:
+        """Start replicas up to `target` (each ready its drawn length after `now_s`) or stop down
+        to it, the ones still starting first, due last first (cancelling a start costs nothing)."""
+        have = self.ready + len(self.starting)
+        if target > have:
+            self.starting.extend(now_s + d for d in self.draw(target - have))
+            self.starting.sort()
+        elif target < have:
+            drop = have - target
+            cancel = min(drop, len(self.starting))
+            del self.starting[len(self.starting) - cancel :]
+            self.ready -= drop - cancel
+
+    def serving(self, secs: np.ndarray) -> np.ndarray:
+        """Per second of `secs`: the pool's replicas serving (ready, or their start done)."""
+        up = np.full(len(secs), float(self.ready))
+        for at in self.starting:
+            up += secs >= at
+        return up
+
+    def advance(self, until_s: float) -> None:
+        """The starts due before `until_s` are ready."""
+        became = sum(at < until_s for at in self.starting)
+        self.ready += became
+        del self.starting[:became]
 
 
 def simulate(
@@ -82,14 +105,15 @@ def simulate(
     interval_s: int,
     cold_start_s: float,
     warm_start: bool = True,
+    draw_cold_starts: Callable[[int], list[float]] | None = None,
 ) -> SimResult:
     """Run `ctl` over `arrivals` (requests per second); `observed` is the per-second rate the
     controller may see (NaN in gaps). Seconds are t0_s + index. With warm_start the first
-    tick's cold target is ready at once (the replay starts mid-trace, not from an empty pool)."""
+    tick's cold target is ready at once (the replay starts mid-trace, not from an empty pool).
+    `draw_cold_starts(n)` gives n starts' lengths (ColdStarts.sampler); None: all cold_start_s."""
+    pool = _ColdPool(draw_cold_starts or (lambda k: [cold_start_s] * k))
     n = len(arrivals)
     hot = ctl.hot_replicas
-    ready_cold = 0
-    starting: list[float] = []  # ready-at times, soonest first
     replicas = np.empty(n)
     ready = np.empty(n)
     queue = np.empty(n)
@@ -104,7 +128,7 @@ def simulate(
         # the first tick sees the first interval: the replay starts mid-trace, controllers primed
         seen = observed[max(lo - interval_s, 0) : lo] if lo else observed[:interval_s]
         rate = float(seen.mean()) if len(seen) and not np.isnan(seen).any() else None
-        obs = Observation(rate, q, wait, hot, ready_cold, len(starting), refused_rps)
+        obs = Observation(rate, q, wait, hot, pool.ready, len(pool.starting), refused_rps)
         tgt = ctl.tick(now, obs)
         fc[k] = tgt.forecast_rps
         emergencies += tgt.emergency
@@ -113,22 +137,17 @@ def simulate(
             last_target = tgt.cold
             reasons = [*reasons[-4:], f"t={now:.0f}s {tgt.reason}"]
         if warm_start and k == 0:
-            ready_cold = tgt.cold
-        ready_cold = _apply_cold_target(tgt.cold, ready_cold, starting, now + cold_start_s)
+            pool.ready = tgt.cold
+        pool.apply(tgt.cold, now)
         hi = min(lo + interval_s, n)
-        secs = t0_s + np.arange(lo, hi)
-        up = np.full(hi - lo, float(hot + ready_cold))
-        for at in starting:
-            up += secs >= at
-        total = hot + ready_cold + len(starting)
+        up = hot + pool.serving(t0_s + np.arange(lo, hi))
+        total = hot + pool.ready + len(pool.starting)
         q_int, t_int, refused[lo:hi] = service.queue(arrivals[lo:hi], up, q)
         replicas[lo:hi], ready[lo:hi], queue[lo:hi], ttft[lo:hi] = total, up, q_int, t_int
         refused_rps = float(refused[lo:hi].mean())
         q = float(q_int[-1])
         wait = q / max(float(up[-1]) * service.replica_capacity_rps, 1e-9)
-        became = [at for at in starting if at < t0_s + hi]
-        ready_cold += len(became)
-        starting = starting[len(became) :]
+        pool.advance(t0_s + hi)
     return SimResult(
         ctl.name, replicas, ready, queue, ttft, refused, fc, events, emergencies, reasons
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks._validation_merge import fully_replayed, merge
+from benchmarks._validation_merge import CONSTANT_120_S, fully_replayed, merge
 from benchmarks._validation_rank import rank
 from benchmarks.autoscaling_validation_frontier import _days_ci, summarise
 
@@ -118,6 +118,17 @@ def test_merge_refuses_other_splits_or_a_name_whose_settings_moved():
         merge([result({"x": ["1"]}), result({"y": ["2"]}, splits=("b",))])
     with pytest.raises(ValueError, match="candidate 'defaults'"):
         merge([result({"defaults": ["tail 0.05"]}), result({"defaults": ["tail 0.5"]})])
+
+
+def test_merge_refuses_files_that_replayed_other_cold_starts():
+    measured = result({"x": ["1"]}, seed=1)
+    measured["cold_starts"] = {"source": "cold_start.json", "samples_s": [18.3, 52.4]}
+    with pytest.raises(ValueError, match="other cold starts"):
+        merge([result({"x": ["1"]}), measured])
+    at_120 = result({"x": ["1"]}, seed=1)
+    at_120["cold_starts"] = CONSTANT_120_S.describe()  # what a file from before the key meant
+    rows, _, _ = merge([result({"x": ["1"]}), at_120])
+    assert len(rows) == 2
 
 
 def test_merge_refuses_a_candidate_that_ran_with_other_defaults_when_both_files_say():

@@ -204,6 +204,26 @@ def test_cli_replays_a_trace_and_writes_json_and_plot(tmp_path):
     assert png.stat().st_size > 10_000
 
 
+def test_cli_replays_measured_cold_starts(tmp_path, capsys):
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "window_start_s,total_rate_rps\n" + "".join(f"{600 * i},{50 + i}\n" for i in range(12))
+    )
+    starts = tmp_path / "cold_start.json"
+    trials = [{"deploy_to_ready_s": s} for s in (52.4, 18.3, 19.4, 18.3)]
+    starts.write_text(json.dumps({"machine": {"cpu": "AMD EPYC"}, "trials": trials}))
+    config = tmp_path / "cluster.yaml"
+    config.write_text(MINIMAL_YAML)
+    out = tmp_path / "r.json"
+    args = ["replay", "--trace", str(trace), "--config", str(config), "--policy", "tideserve"]
+    assert main([*args, "--cold-starts", str(starts), "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["cold_start_s"] == 18.3 and report["cold_starts"]["p95_s"] == 52.4
+    assert "median 18.3 s, p95 52.4 s (tideserve's lead)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):  # one or the other
+        main([*args, "--cold-starts", str(starts), "--cold-start-s", "60"])
+
+
 def test_cli_rejects_an_unknown_trace_format(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("a,b\n1,2\n")

@@ -9,7 +9,12 @@ import pytest
 from autoscaling.policy import PolicyConfig
 from autoscaling.replay.frontier import gpu_hours_to_reach
 from autoscaling.replay.runner import ReplaySettings, prepare
-from autoscaling.replay.targets import across_seeds, seed_targets
+from autoscaling.replay.targets import (
+    across_seeds,
+    references_judged_as_policies,
+    seed_targets,
+    t3a_ceiling,
+)
 from autoscaling.replay.traces import RateTrace
 
 
@@ -60,6 +65,50 @@ def test_t3a_needs_the_per_day_interval_above_zero_against_every_baseline():
     got = across_seeds(worse, 0.995, per)
     assert not got["t3a_per_day_difference"]["knative"]["interval_above_zero"]
     assert not got["targets"]["t3a_every_baseline"]
+
+
+def test_a_reference_is_judged_by_the_same_targets_as_the_policy():
+    # next_window told the future: at 110 GPU-h it has 1 violation-minute a day where knative
+    # (interpolated) has 6: T3a met; to 99.5% it needs 101 GPU-h against knative's 125: T3b met
+    told = [row(1.1, 110.0, 0.999, [1, 1, 1]), row(1.0, 100.0, 0.994, [7, 6, 8])]
+    # present_rate, told less: more violations than knative at its cost on one day of three
+    late = [row(1.2, 110.0, 0.996, [1, 30, 1])]
+    seeds = [sweeps() | {"next_window": told, "present_rate": late} for _ in range(2)]
+    got = references_judged_as_policies(seeds, gpu_hours_to_reach)
+    nw = got["next_window"]
+    assert nw["points"][0]["meets_t3a"] and nw["meets_t3a_at_some_point"]
+    # knative at 110 GPU-h, a third of the way from 100 to 130: 20/3, 18/3 and 22/3 a day
+    assert nw["points"][0]["t3a"]["knative"]["mean"] == pytest.approx((20 + 18 + 22) / 9 - 1)
+    # reaching 99.5% at 100 + 10 x (0.995 - 0.994) / (0.999 - 0.994) = 102 GPU-h
+    assert nw["t3b_saving_by_seed"] == pytest.approx([1 - 102 / 125] * 2)
+    assert nw["meets_t3b_every_seed"]
+    pr = got["present_rate"]
+    assert not pr["meets_t3a_at_some_point"]
+    assert pr["points"][0]["gpu_hours_over_oracle_mean"] == pytest.approx(1.1)
+    assert "rate_oracle" not in got  # not swept: not judged
+
+
+def test_no_policy_meets_t3a_against_a_baseline_with_a_day_it_misses_nothing_at_every_cost():
+    seeds = [sweeps(), sweeps()]
+    got = t3a_ceiling(seeds)
+    # every day has violations at every point of every baseline: a policy with none could pass
+    assert got["possible"]
+    assert got["by_baseline"]["knative"]["points"][0]["mean_ci95"]["mean"] == pytest.approx(9.0)
+    # knative misses nothing on day 2 at any cost and a lot on day 1: the interval of its own
+    # minutes, the most any policy can be ahead of it by, reaches below 0 at both points
+    for sw in seeds:
+        sw["knative"] = [row(0.8, 100.0, 0.99, [40, 0, 1]), row(0.7, 130.0, 0.996, [9, 0, 1])]
+    got = t3a_ceiling(seeds)
+    assert not got["by_baseline"]["knative"]["above_zero_at_some_point"]
+    assert got["by_baseline"]["reactive"]["above_zero_at_some_point"]
+    assert not got["possible"]
+    assert got["by_baseline"]["knative"]["points"][1]["per_day_violation_minutes"] == [9, 0, 1]
+    # a policy with no violation, cheaper than knative's cheapest point, scores exactly that
+    for sw in seeds:
+        sw["tideserve"][1] = row(0.995, 95.0, 1.0, [0, 0, 0])
+    per = [seed_targets(sw, 0.995, gpu_hours_to_reach) for sw in seeds]
+    t3a = across_seeds(seeds, 0.995, per)["t3a_per_day_difference"]["knative"]["mean_ci95"]
+    assert t3a == got["by_baseline"]["knative"]["points"][0]["mean_ci95"]
 
 
 def test_interpolated_phase_shifted_arrivals_keep_the_traces_traffic():
