@@ -128,7 +128,8 @@ def _cold_start_line(starts: dict) -> str:
         return f"cold start: {starts['median_s']:.0f} s, every start alike"
     return (
         f"cold starts drawn from {starts['source']}: median {starts['median_s']:.1f} s, "
-        f"p95 {starts['p95_s']:.1f} s (tideserve's lead), longest {starts['max_s']:.1f} s"
+        f"p95 {starts['p95_s']:.1f} s (tideserve's lead: it + the margin), "
+        f"longest {starts['max_s']:.1f} s"
     )
 
 
