@@ -15,6 +15,8 @@ a target. `gpu_hours_to_reach` comes from autoscaling/replay/frontier.py. Pure.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -26,6 +28,7 @@ REFERENCES = ("oracle", "present_rate", "next_window", "rate_oracle")
 SLO = 0.995
 T1_MAX_OVER_ORACLE = 1.15
 T3B_MIN_SAVING = 0.10
+MIX_STEPS = 101  # t3a_ceiling's grid between two swept points of a baseline
 
 
 def default_row(sweeps: dict[str, list[dict]], default_q: float) -> dict:
@@ -121,14 +124,29 @@ def _over_oracle(rows: list[dict], per_seed: list[dict[str, list[dict]]]) -> flo
     return float(np.mean([r["gpu_hours"] / g for r, g in zip(rows, oracle, strict=True)]))
 
 
+def _best_lower_bound_between(points: list[dict]) -> float:
+    """The highest lower bound of the 95% interval over mixes of neighbouring points' per-day
+    minutes (-inf with fewer than two points)."""
+    pts = sorted(points, key=lambda p: p["gpu_hours_over_oracle_mean"])
+    best = -math.inf
+    for lo, hi in itertools.pairwise(pts):
+        a = np.asarray(lo["per_day_violation_minutes"])
+        b = np.asarray(hi["per_day_violation_minutes"])
+        for w in np.linspace(0.0, 1.0, MIX_STEPS):
+            best = max(best, judge.mean_ci95((1 - w) * a + w * b)["lo"])
+    return float(best)
+
+
 def t3a_ceiling(per_seed: list[dict[str, list[dict]]]) -> dict:
     """The most T3a any policy could score. At a baseline's swept point, a policy with no
     violation at all has, day by day, the baseline's own violation-minutes as its difference
     (and, by the stand-in rule of judge.day_differences, at any lower cost the cheapest point's);
-    at a higher cost the baseline has fewer. So where no point of a baseline has the interval of
-    its own per-day violation-minutes above 0 (a day it misses nothing pins its difference at
-    0), no policy at any cost meets T3a against it. `possible` needs a point above 0 for every
-    baseline: necessary, not sufficient (T3a compares them at one cost)."""
+    between two points the baseline is interpolated, a mix of the two, checked here on a grid of
+    MIX_STEPS mixes (seeds averaged per day); past the costliest there is no comparison. So where
+    neither a point nor a mix has the interval of the baseline's own per-day violation-minutes
+    above 0 (a day it misses nothing pins the difference at 0), no policy at any cost meets T3a
+    against it. `possible` needs that for every baseline: necessary, not sufficient (T3a compares
+    them at one cost)."""
     by_baseline = {}
     for b in BASELINES:
         if not all(b in sw for sw in per_seed):
@@ -147,12 +165,17 @@ def t3a_ceiling(per_seed: list[dict[str, list[dict]]]) -> dict:
                     "interval_above_zero": ci["lo"] > 0,
                 }
             )
-        above = any(p["interval_above_zero"] for p in points)
-        by_baseline[b] = {"points": points, "above_zero_at_some_point": above}
+        best_lo = _best_lower_bound_between(points)
+        above = any(p["interval_above_zero"] for p in points) or best_lo > 0
+        by_baseline[b] = {
+            "points": points,
+            "highest_lower_bound_between_points": best_lo,
+            "above_zero_at_some_cost": above,
+        }
     return {
         "by_baseline": by_baseline,
         "possible": bool(by_baseline)
-        and all(v["above_zero_at_some_point"] for v in by_baseline.values()),
+        and all(v["above_zero_at_some_cost"] for v in by_baseline.values()),
     }
 
 

@@ -99,8 +99,8 @@ def test_no_policy_meets_t3a_against_a_baseline_with_a_day_it_misses_nothing_at_
     for sw in seeds:
         sw["knative"] = [row(0.8, 100.0, 0.99, [40, 0, 1]), row(0.7, 130.0, 0.996, [9, 0, 1])]
     got = t3a_ceiling(seeds)
-    assert not got["by_baseline"]["knative"]["above_zero_at_some_point"]
-    assert got["by_baseline"]["reactive"]["above_zero_at_some_point"]
+    assert not got["by_baseline"]["knative"]["above_zero_at_some_cost"]
+    assert got["by_baseline"]["reactive"]["above_zero_at_some_cost"]
     assert not got["possible"]
     assert got["by_baseline"]["knative"]["points"][1]["per_day_violation_minutes"] == [9, 0, 1]
     # a policy with no violation, cheaper than knative's cheapest point, scores exactly that
@@ -109,6 +109,22 @@ def test_no_policy_meets_t3a_against_a_baseline_with_a_day_it_misses_nothing_at_
     per = [seed_targets(sw, 0.995, gpu_hours_to_reach) for sw in seeds]
     t3a = across_seeds(seeds, 0.995, per)["t3a_per_day_difference"]["knative"]["mean_ci95"]
     assert t3a == got["by_baseline"]["knative"]["points"][0]["mean_ci95"]
+
+
+def test_between_two_points_the_interpolated_baseline_can_leave_a_policy_room():
+    # each point misses on three or four days only, but not the same days: halfway between,
+    # the baseline misses on six of seven, evenly enough for a perfect policy's interval to clear 0
+    early, late = [30, 30, 30, 0, 0, 0, 0], [0, 0, 0, 30, 30, 30, 0]
+    seeds = [
+        {
+            "knative": [row(0.8, 100.0, 0.99, early), row(0.7, 130.0, 0.99, late)],
+            "oracle": [row(0.0, 100.0, 1.0, [0] * 7)],
+        }
+        for _ in range(2)
+    ]
+    got = t3a_ceiling(seeds)["by_baseline"]["knative"]
+    assert not any(p["interval_above_zero"] for p in got["points"])
+    assert got["highest_lower_bound_between_points"] > 0 and got["above_zero_at_some_cost"]
 
 
 def test_interpolated_phase_shifted_arrivals_keep_the_traces_traffic():
