@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from autoscaling.replay.cold_starts import ColdStarts
 from autoscaling.replay.runner import POLICIES
 
 
@@ -88,7 +89,6 @@ def _service(args, app_cfg):
 
 def cmd_replay(args) -> int:
     from autoscaling.policy import PolicyConfig
-    from autoscaling.replay.cold_starts import ColdStarts
     from autoscaling.replay.offline import OfflineLoad
     from autoscaling.replay.runner import ReplaySettings, run_replay
     from autoscaling.replay.traces import load_trace
@@ -124,7 +124,7 @@ def cmd_replay(args) -> int:
 
 
 def _cold_start_line(starts: dict) -> str:
-    if len(set(starts["samples_s"])) == 1:
+    if ColdStarts(tuple(starts["samples_s"])).is_constant:
         return f"cold start: {starts['median_s']:.0f} s, every start alike"
     return (
         f"cold starts drawn from {starts['source']}: median {starts['median_s']:.1f} s, "

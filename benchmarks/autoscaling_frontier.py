@@ -102,11 +102,10 @@ def run_seed(trace, name: str, seed: int, args, service: ServiceModel) -> dict:
     """One seed: Poisson draw `seed`, the curve moved `seed x --phase-step-s` seconds later."""
     cfg = PolicyConfig(replica_capacity_rps=service.replica_capacity_rps, ttft_slo_s=TTFT_SLO_S)
     phase = (seed * args.phase_step_s) % 600
-    starts = _cold_starts(args)
     settings = ReplaySettings(
         scale_to_peak_replicas=20,
-        cold_start_s=starts.median_s,
-        cold_starts=None if starts.is_constant else starts,
+        cold_start_s=args.starts.median_s,
+        cold_starts=args.starts,
         train_days=7.0,
         judge_days=2.0 if args.quick else None,
         seed=seed,
@@ -146,8 +145,8 @@ def trace_report(trace, args, service: ServiceModel, seeds: list[dict]) -> dict:
         "trace": trace.name,
         "judged_days": seeds[0]["judged_days"],
         "train_days": 7.0,
-        "cold_start_s": _cold_starts(args).median_s,
-        "cold_starts": _cold_starts(args).describe(),
+        "cold_start_s": args.starts.median_s,
+        "cold_starts": args.starts.describe(),
         "scale_to_peak_replicas": 20,
         "arrivals": args.arrivals,
         "service_model": service.describe(),
@@ -194,6 +193,7 @@ def main() -> int:
     ap.add_argument("--avg-input-tokens", type=float, default=1000.0)
     ap.add_argument("--avg-output-tokens", type=float, default=200.0)
     args = ap.parse_args()
+    args.starts = _cold_starts(args)  # read once: every seed and report uses it
     t0 = time.perf_counter()
     service = _service(args)
     names = TRACES[:1] if args.quick else TRACES

@@ -92,7 +92,7 @@ def run_split(
     base = ReplaySettings(
         scale_to_peak_replicas=20,
         cold_start_s=starts.median_s,
-        cold_starts=None if starts.is_constant else starts,
+        cold_starts=starts,
         seed=seed,
         arrival_shape="interpolated",
         phase_s=(seed * PHASE_STEP_S) % 600,

@@ -148,12 +148,11 @@ def _controller(policy: str, value: float, prep: Prepared, cfg: PolicyConfig, sv
         if len(prep.train_rates):
             ctl.train(prep.t0_s - len(prep.train_rates) * prep.bin_s, prep.bin_s, prep.train_rates)
         return ctl
-    look = math.ceil(s.starts.max_s) + s.interval_s  # the oracles know every start's length
     if policy == "oracle":
-        return OracleController(policy, prep.arrivals, prep.t0_s, cap, look)
+        return OracleController(policy, prep.arrivals, prep.t0_s, cap, s.oracle_look_s)
     if policy == "rate_oracle":
         tail = replace(cfg, queue_tail_share=value)
-        return RateOracleController(policy, prep.rate_s, prep.t0_s, cap, look, tail)
+        return RateOracleController(policy, prep.rate_s, prep.t0_s, cap, s.oracle_look_s, tail)
     raise ValueError(f"policy={policy!r} has no frontier sweep")
 
 

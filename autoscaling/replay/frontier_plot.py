@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from autoscaling.replay.cold_starts import ColdStarts
+
 COLOURS = {
     "reactive": "tab:red",
     "knative": "tab:purple",
@@ -71,7 +73,7 @@ def plot_frontier(reports: list[dict], path: str) -> None:
 
 def _cold_start(rep: dict) -> str:
     starts = rep.get("cold_starts")
-    if starts is None or len(set(starts["samples_s"])) == 1:
+    if starts is None or ColdStarts(tuple(starts["samples_s"])).is_constant:
         return f"cold start {rep.get('cold_start_s', 120.0):.0f} s"
     # on a line of its own: beside the trace's name it runs into the next panel's title
     return f"\nmeasured cold starts: median {starts['median_s']:.0f} s, p95 {starts['p95_s']:.0f} s"

@@ -99,6 +99,12 @@ class ReplaySettings:
         """The cold starts the replay draws from: the measured ones, or cold_start_s alone."""
         return self.cold_starts or ColdStarts.constant(self.cold_start_s)
 
+    @property
+    def oracle_look_s(self) -> int:
+        """How far ahead the oracles hold capacity: the longest start (they know every one)
+        and one tick."""
+        return math.ceil(self.starts.max_s) + self.interval_s
+
 
 @dataclass
 class Prepared:
@@ -189,8 +195,7 @@ def _controllers(prep: Prepared, cfg: PolicyConfig, service: ServiceModel, s: Re
                 name, cap, u, e2e, hot_replicas=hot70, max_replicas=max_n
             )
         elif name == "oracle":
-            look = math.ceil(s.starts.max_s) + s.interval_s
-            out[name] = OracleController(name, prep.arrivals, prep.t0_s, cap, look)
+            out[name] = OracleController(name, prep.arrivals, prep.t0_s, cap, s.oracle_look_s)
     return out
 
 
