@@ -16,8 +16,9 @@ are not an unbiased estimate.
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from common import policy_defaults as defaults
@@ -204,6 +205,12 @@ class PolicyConfig:
     # the plan's "rate seen now" is the mean over this window (0: the last tick's rate alone;
     # a 10 s count's noise, taken as a max with the forecast, biased every plan upwards)
     rate_window_s: float = 30.0
+    # > 0: the plan's time protections (the lead's margin, the horizon, the scale-down window,
+    # the trend's window and the emergency's drain) were fit at a cold start this long, and a
+    # measured p95 start shorter than it shrinks them in proportion (never grows them): a
+    # replica that starts in 20 s is a cheaper mistake to undo than one that takes 120 s.
+    # 0: fixed, whatever the start. See for_cold_start
+    protections_fit_at_cold_start_s: float = 0.0
 
     def __post_init__(self) -> None:
         o = self._owner
@@ -228,6 +235,7 @@ class PolicyConfig:
             "stabilization_window_s",
             "trend_window_s",
             "rate_window_s",
+            "protections_fit_at_cold_start_s",
         ):
             check_range(o, name, getattr(self, name), 0.0, 7 * 86400.0)
         check_range(o, "panic_hold_s", self.panic_hold_s, 0.0, 86400.0)
@@ -236,6 +244,15 @@ class PolicyConfig:
         for name in ("replica_capacity_rps", "ttft_slo_s"):
             if not math.isfinite(getattr(self, name)):
                 raise ValueError(f"{o}.{name}={getattr(self, name)!r} must be finite")
+
+    def for_cold_start(self, cold_start_p95_s: float | None) -> PolicyConfig:
+        """The settings a tick runs with when replicas start in `cold_start_p95_s` (p95): the
+        time protections scaled by p95 / protections_fit_at_cold_start_s where that is below 1,
+        else these settings unchanged (also with scaling off or no start measured yet)."""
+        fit_s = self.protections_fit_at_cold_start_s
+        if fit_s <= 0.0 or cold_start_p95_s is None or cold_start_p95_s >= fit_s:
+            return self
+        return _scaled(self, max(float(cold_start_p95_s), 0.0) / fit_s)
 
     @classmethod
     def from_app_config(cls, app_cfg: Any, **overrides: Any) -> PolicyConfig:
@@ -256,3 +273,22 @@ class PolicyConfig:
         )
         values.update(overrides)
         return cls(**values)
+
+
+# the protections that are spans of time, each a share of the cold start it was fit at
+SCALED_WITH_COLD_START = (
+    "cold_start_margin_s",
+    "horizon_s",
+    "stabilization_window_s",
+    "trend_window_s",
+    "panic_drain_s",
+)
+
+
+@functools.lru_cache(maxsize=64)
+def _scaled(cfg: PolicyConfig, factor: float) -> PolicyConfig:
+    # cached: the replay asks every tick with the same p95, and replace() re-validates.
+    # panic_drain_s must stay above 0 (it divides the backlog): a floor of one second
+    values = {name: getattr(cfg, name) * factor for name in SCALED_WITH_COLD_START}
+    values["panic_drain_s"] = max(values["panic_drain_s"], 1.0)
+    return replace(cfg, **values)

@@ -1,5 +1,6 @@
 """One controller tick, shared by the live controller and the replay: observe, forecast, decide.
 
+    cfg      = cfg.for_cold_start(measured p95)                  (time protections to the start)
     forecaster.observe(now, rate); learner.observe(now, rate)    (scores plans now due)
     learner.feedback_on(now, rate, in distress: queue or refusals)  (the SLO's own feedback)
     fc       = forecaster.predict(now, lead, horizon); the rate's recent mean and trend
@@ -57,6 +58,7 @@ def tick(
     obs: Observed,
     now_s: float,
 ) -> tuple[Decision, PolicyState, Forecast]:
+    cfg = cfg.for_cold_start(obs.cold_start_p95_s)  # time protections sized to the start
     seen_at_s = now_s if obs.rate_at_s is None else min(obs.rate_at_s, now_s)
     forecaster.observe(seen_at_s, obs.rate_rps)
     learner.observe(seen_at_s, obs.rate_rps)

@@ -49,8 +49,9 @@ class TideserveController:
     def train(self, t0_s: float, bin_s: float, rates_rps: np.ndarray) -> None:
         """Observe a history of window-mean rates (NaN = gap) before the replay starts."""
         rates = [None if np.isnan(r) else float(r) for r in rates_rps]
-        lead = lead_s_for(self.cfg, self._p95, None)
-        step.train(self.forecaster, self.learner, self.cfg, t0_s, bin_s, rates, lead)
+        cfg = self.cfg.for_cold_start(self._p95)  # as step.tick will run
+        lead = lead_s_for(cfg, self._p95, None)
+        step.train(self.forecaster, self.learner, cfg, t0_s, bin_s, rates, lead)
 
     def tick(self, now_s: float, obs: Observation) -> Targets:
         seen = step.Observed(
