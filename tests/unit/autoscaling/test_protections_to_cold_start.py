@@ -8,7 +8,7 @@ from autoscaling import step
 from autoscaling.forecast import Forecaster
 from autoscaling.headroom import HeadroomLearner
 from autoscaling.policy import PolicyConfig, PolicyState, lead_s_for
-from autoscaling.policy_config import SCALED_WITH_COLD_START
+from autoscaling.policy_config import SCALED_WITH_COLD_START, TIME_PROTECTIONS
 
 FIT_AT_S = 120.0
 
@@ -35,11 +35,27 @@ def test_a_start_at_a_quarter_of_the_fit_length_quarters_each_time_protection():
     short = cfg.for_cold_start(FIT_AT_S / 4)
     for name in SCALED_WITH_COLD_START:
         assert getattr(short, name) == pytest.approx(getattr(cfg, name) / 4), name
+    # the trend's window is a filter of the rate's noise, not a wait for a start: kept
+    assert short.trend_window_s == cfg.trend_window_s
     # shares and counts are not spans of time: untouched
     assert short.queue_tail_share == cfg.queue_tail_share
     assert short.scale_down_tail_share == cfg.scale_down_tail_share
     assert short.panic_hold_s == cfg.panic_hold_s
     assert short.rate_window_s == cfg.rate_window_s
+
+
+def test_the_trends_window_shrinks_too_when_named():
+    cfg = PolicyConfig(
+        replica_capacity_rps=10.0,
+        protections_fit_at_cold_start_s=FIT_AT_S,
+        scaled_with_cold_start=TIME_PROTECTIONS,
+    )
+    assert cfg.for_cold_start(FIT_AT_S / 2).trend_window_s == pytest.approx(cfg.trend_window_s / 2)
+
+
+def test_only_time_protections_can_be_scaled():
+    with pytest.raises(ValueError, match=r"scaled_with_cold_start=.*queue_tail_share.*must be"):
+        PolicyConfig(replica_capacity_rps=10.0, scaled_with_cold_start=("queue_tail_share",))
 
 
 def test_the_lead_is_the_start_plus_the_scaled_margin():
