@@ -14,3 +14,5 @@ STABILIZATION_WINDOW_S = 60.0  # scale-down takes the highest recommendation ove
 TARGET_UTILIZATION = 0.85  # R6's safety factor, before the headroom is learned
 QUEUE_TAIL_SHARE = 0.5  # the plan's queue margin (autoscaling/policy.queue_margin_rps)
 SCALE_DOWN_TAIL_SHARE = 0.01  # the scale-down band (autoscaling/policy._scale_down_band)
+# the plan's time protections shrink with a measured p95 start shorter than this (0: fixed)
+PROTECTIONS_FIT_AT_COLD_START_S = 0.0

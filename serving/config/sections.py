@@ -311,6 +311,11 @@ class ControllerSection:
     stabilization_window_s: float = policy.STABILIZATION_WINDOW_S
     # extra lead for a cold replica to load and warm up
     cold_start_margin_s: float = policy.COLD_START_MARGIN_S
+    # > 0: the margin, the horizon, the scale-down window and the emergency's drain were fit at a
+    # cold start this long, and shrink in proportion when the measured p95 start is shorter
+    # (cheaper with fast starts; docs/autoscaling.md, the fifteenth and sixteenth tuning runs);
+    # 0 (the default): fixed
+    protections_fit_at_cold_start_s: float = policy.PROTECTIONS_FIT_AT_COLD_START_S
     # Time-of-day windows with their own lead (e.g. the noon peak 20 min ahead); disjoint.
     lead_overrides: tuple[LeadOverride, ...] = ()
     # Requests/s one replica sustains within the TTFT SLO (e.g. `python -m capacity plan`'s
@@ -357,6 +362,12 @@ class ControllerSection:
         check_range(o, "queue_tail_share", self.queue_tail_share, 0.0, 0.5)
         check_range(o, "scale_down_tail_share", self.scale_down_tail_share, 0.0, 0.5)
         _check_seconds(o, "cold_start_margin_s", self.cold_start_margin_s, allow_zero=True)
+        _check_seconds(
+            o,
+            "protections_fit_at_cold_start_s",
+            self.protections_fit_at_cold_start_s,
+            allow_zero=True,
+        )
         overrides = self.lead_overrides
         if not isinstance(overrides, list | tuple) or not all(
             isinstance(x, LeadOverride) for x in overrides

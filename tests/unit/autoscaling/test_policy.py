@@ -132,6 +132,7 @@ def test_cluster_yamls_controller_defaults_are_the_policys_defaults_the_replay_w
         "stabilization_window_s",
         "queue_tail_share",
         "scale_down_tail_share",
+        "protections_fit_at_cold_start_s",
     )
     for name in from_controller_section:
         assert getattr(live, name) == getattr(replay, name), name

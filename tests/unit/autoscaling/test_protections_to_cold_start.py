@@ -9,6 +9,7 @@ from autoscaling.forecast import Forecaster
 from autoscaling.headroom import HeadroomLearner
 from autoscaling.policy import PolicyConfig, PolicyState, lead_s_for
 from autoscaling.policy_config import SCALED_WITH_COLD_START, TIME_PROTECTIONS
+from serving.config import AppConfig
 
 FIT_AT_S = 120.0
 
@@ -81,3 +82,10 @@ def test_a_tick_with_a_short_measured_start_plans_over_the_scaled_lead():
     scaled, _, _ = step.tick(f, learner, PolicyState(), scaling(), seen, 100.0)
     assert fixed.lead_s == pytest.approx(24.0 + 60.0)
     assert scaled.lead_s == pytest.approx(24.0 + 60.0 * 24.0 / FIT_AT_S)
+
+
+def test_the_fit_length_comes_from_cluster_yaml_and_is_range_checked():
+    app = AppConfig.from_args({"controller": {"protections_fit_at_cold_start_s": 90.0}})
+    assert PolicyConfig.from_app_config(app).protections_fit_at_cold_start_s == 90.0
+    with pytest.raises(ValueError, match=r"controller.protections_fit_at_cold_start_s=-5"):
+        AppConfig.from_args({"controller": {"protections_fit_at_cold_start_s": -5.0}})
