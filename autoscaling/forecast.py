@@ -46,7 +46,7 @@ class ForecastConfig:
     ratio_clip: tuple[float, float] = (0.25, 4.0)
     # forecast = w x profile-shaped + (1 - w) x recent level: the profile's shape is trusted only
     # this much, because a day's shape repeats only partly (m-large: lag-24 h autocorr 0.09);
-    # half, chosen on the validation splits over 0.3, 0.7 and 0.9 (policy_config.FIT_ON)
+    # half, chosen on the validation splits over 0.3, 0.7 and 0.9 (fit_on.FIT_ON)
     profile_weight: float = 0.5
     # the recent rate the (1 - profile_weight) share carries along the shape; 0: the level window
     carry_window_s: float = 60.0

@@ -1,7 +1,7 @@
 """HeadroomConfig: the validated, frozen settings of the learned headroom (autoscaling/headroom.py).
 
 Errors name the field, the value and the range. What each default was fit on:
-autoscaling/policy_config.FIT_ON.
+autoscaling/fit_on.FIT_ON.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class HeadroomConfig:
     # scale the group's log-headroom by sigma / that sigma, as forecast errors grow with the
     # jumps (`extrapolated`); 0: off, the top class's headroom as learned on calmer traffic
     # until the new regime's scores fill its tail. 0.99 chosen in the eleventh tuning run
-    # (policy_config.FIT_ON): scaled only past what 1% of the week's plans saw
+    # (fit_on.FIT_ON): scaled only past what 1% of the week's plans saw
     extrapolate_volatility_above: float = 0.99
     # that quantile over the plans scored before now - this lag only (0: every plan scored): a
     # lag keeps the reference on the calmer past for a while after a change of regime

@@ -2,7 +2,7 @@
 
 The replay builds autoscaling.policy_config.PolicyConfig directly; a live app builds it from
 serving/config's ControllerSection. Both take these values, so a default refit on the validation
-splits (autoscaling/policy_config.FIT_ON says on what) is written once and the live policy runs
+splits (autoscaling/fit_on.FIT_ON says on what) is written once and the live policy runs
 what was validated. Here in common/ because serving/config may import only common/.
 """
 

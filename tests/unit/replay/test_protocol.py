@@ -50,9 +50,10 @@ def test_a_split_sets_the_replays_days():
 
 
 def test_the_defaults_say_what_they_were_fit_on_and_name_real_settings():
+    from autoscaling.fit_on import FIT_ON
     from autoscaling.forecast import ForecastConfig
     from autoscaling.headroom import HeadroomConfig
-    from autoscaling.policy_config import FIT_ON, PolicyConfig
+    from autoscaling.policy_config import PolicyConfig
 
     owners = {
         "HeadroomConfig": HeadroomConfig,
