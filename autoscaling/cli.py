@@ -96,13 +96,13 @@ def cmd_replay(args) -> int:
 
     app_cfg = load_cluster_yaml(args.config, args.app)
     service = _service(args, app_cfg)
-    measured = ColdStarts.from_cold_start_result(args.cold_starts) if args.cold_starts else None
+    starts = ColdStarts.load(args.cold_starts, args.cold_start_s)
     cfg = PolicyConfig.from_app_config(app_cfg, replica_capacity_rps=service.replica_capacity_rps)
     settings = ReplaySettings(
         policies=tuple(args.policy or POLICIES),
         scale_to_peak_replicas=args.scale_to_peak_replicas,
-        cold_start_s=measured.median_s if measured else args.cold_start_s,
-        cold_starts=measured,
+        cold_start_s=starts.median_s,
+        cold_starts=starts,
         train_days=args.train_days,
         interval_s=max(round(app_cfg.controller.interval_s), 1),
         seed=args.seed,

@@ -92,12 +92,6 @@ def _service(args) -> ServiceModel:
     return replace(svc, **admit)
 
 
-def _cold_starts(args) -> ColdStarts:
-    if args.cold_starts:
-        return ColdStarts.from_cold_start_result(args.cold_starts)
-    return ColdStarts.constant(COLD_START_S)
-
-
 def run_seed(trace, name: str, seed: int, args, service: ServiceModel) -> dict:
     """One seed: Poisson draw `seed`, the curve moved `seed x --phase-step-s` seconds later."""
     cfg = PolicyConfig(replica_capacity_rps=service.replica_capacity_rps, ttft_slo_s=TTFT_SLO_S)
@@ -193,7 +187,7 @@ def main() -> int:
     ap.add_argument("--avg-input-tokens", type=float, default=1000.0)
     ap.add_argument("--avg-output-tokens", type=float, default=200.0)
     args = ap.parse_args()
-    args.starts = _cold_starts(args)  # read once: every seed and report uses it
+    args.starts = ColdStarts.load(args.cold_starts, COLD_START_S)  # read once, for every seed
     t0 = time.perf_counter()
     service = _service(args)
     names = TRACES[:1] if args.quick else TRACES

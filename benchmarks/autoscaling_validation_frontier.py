@@ -236,9 +236,7 @@ def main() -> int:
     out["effective"] = {c: repr(_settings(c)) for c in names}  # defaults included
     out["quantiles"], out["knative_utilisations"] = QUANTILES, KNATIVE_UTILS
     out["machine_info"] = machine_info("cpu", "float64 (numpy replay)")
-    starts = CONSTANT_120_S
-    if args.cold_starts:
-        starts = ColdStarts.from_cold_start_result(args.cold_starts)
+    starts = ColdStarts.load(args.cold_starts, CONSTANT_120_S.median_s)
     out["cold_starts"] = starts.describe()
     for k in range(args.first_seed, args.first_seed + seeds):
         for sp in splits:

@@ -60,6 +60,12 @@ class ColdStarts:
         machine = (data.get("machine") or {}).get("cpu", "a machine not recorded")
         return cls(samples, f"{Path(path).name}: {len(samples)} starts measured on {machine}")
 
+    @classmethod
+    def load(cls, path: str | Path | None, constant_s: float) -> ColdStarts:
+        """A `--cold-starts FILE` flag's starts: the file's trials, or every start `constant_s`
+        when no file was given."""
+        return cls.constant(constant_s) if path is None else cls.from_cold_start_result(path)
+
     @property
     def is_constant(self) -> bool:
         return len(set(self.samples_s)) == 1

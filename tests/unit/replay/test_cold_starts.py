@@ -70,6 +70,15 @@ def test_the_result_file_of_the_cold_start_benchmark_is_read_as_measured(tmp_pat
         ColdStarts.from_cold_start_result(path)
 
 
+def test_a_cold_starts_flag_reads_its_file_or_leaves_every_start_the_constant(tmp_path):
+    path = tmp_path / "cold_start.json"
+    trials = [{"trial": i, "deploy_to_ready_s": s} for i, s in enumerate(MEASURED)]
+    path.write_text(json.dumps({"trials": trials}))
+    assert ColdStarts.load(path, 120.0).samples_s == MEASURED
+    unset = ColdStarts.load(None, 90.0)
+    assert unset.is_constant and unset.median_s == unset.p95_s == 90.0
+
+
 def test_each_start_comes_up_after_its_own_draw():
     arrivals = np.full(300, 5.0)
     draws = iter([90.0, 30.0])
